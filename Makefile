@@ -1,0 +1,46 @@
+# kayak: two commands matter. `make demo` runs the main job; `make test` runs everything CI runs.
+# Both create .venv on first use and reinstall only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SPECS  ?= ../shared/kafka-message-specs
+
+.PHONY: demo test lint typecheck pytest generate bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@ $(VENV)/.core-installed
+
+demo: $(VENV)/.core-installed
+	$(BIN)/kayak demo
+
+test: $(VENV)/.dev-installed lint typecheck pytest
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check kayak tools tests bench
+
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/mypy
+
+# pytest exits 5 when it collected nothing; that must fail the build, never pass it.
+pytest: $(VENV)/.dev-installed
+	@$(BIN)/pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+generate: $(BIN)/python
+	$(BIN)/python tools/generate_protocol.py $(SPECS)
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python bench/record_batch.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

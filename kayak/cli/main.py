@@ -1,0 +1,27 @@
+"""``kayak`` entry point: the click group every command hangs off."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from kayak import __version__
+from kayak.cli.demo import demo
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="kayak")
+@click.option("-v", "--verbose", count=True, help="More log output (repeat for debug).")
+def cli(verbose: int) -> None:
+    """kayak: a Kafka-compatible streaming log for Python."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+cli.add_command(demo)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="kayak")

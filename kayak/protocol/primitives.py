@@ -1,0 +1,376 @@
+"""Kafka wire primitives: fixed-width integers, varints, strings, bytes, uuids, arrays.
+
+Every reader takes ``(buf, pos)`` and returns ``(value, new_pos)``; every writer appends to a
+``bytearray``. Readers check bounds themselves because slicing a ``memoryview`` past its end
+silently truncates instead of failing; a short or lying buffer raises
+:class:`~kayak.errors.MalformedMessageError`, never ``IndexError`` or ``struct.error``.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from kayak.errors import EncodeError, MalformedMessageError
+
+Buffer = bytes | bytearray | memoryview
+T = TypeVar("T")
+
+INT8 = struct.Struct(">b")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT16 = struct.Struct(">H")
+UINT32 = struct.Struct(">I")
+FLOAT64 = struct.Struct(">d")
+BOOL = struct.Struct(">?")
+
+ZERO_UUID = uuid.UUID(int=0)
+
+_UVARINT_1 = [bytes((i,)) for i in range(128)]
+
+
+# -- varints ---------------------------------------------------------------------------------
+
+
+def encode_unsigned_varint(value: int) -> bytes:
+    """Encode a non-negative integer as a base-128 little-endian varint."""
+    if 0 <= value < 128:
+        return _UVARINT_1[value]
+    if value < 0:
+        raise EncodeError(f"unsigned varint cannot hold negative value {value}")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def write_unsigned_varint(out: bytearray, value: int) -> None:
+    """Append ``value`` as an unsigned varint."""
+    if 0 <= value < 128:
+        out.append(value)
+    else:
+        out += encode_unsigned_varint(value)
+
+
+def read_unsigned_varint(buf: Buffer, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Read an unsigned varint of at most ``max_bytes`` bytes (5 for 32-bit, 10 for 64-bit)."""
+    try:
+        b = buf[pos]
+        if b < 0x80:
+            return b, pos + 1
+        result = b & 0x7F
+        shift = 7
+        for i in range(1, max_bytes):
+            b = buf[pos + i]
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos + i + 1
+            shift += 7
+    except IndexError:
+        raise MalformedMessageError(f"truncated varint at offset {pos}") from None
+    raise MalformedMessageError(f"varint longer than {max_bytes} bytes at offset {pos}")
+
+
+def encode_varint(value: int) -> bytes:
+    """Encode a signed integer as a zigzag varint (Kafka ``varint``/``varlong``)."""
+    return encode_unsigned_varint((value << 1) ^ (value >> 63))
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    """Append ``value`` as a zigzag varint."""
+    write_unsigned_varint(out, (value << 1) ^ (value >> 63))
+
+
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read a zigzag-encoded 32-bit varint."""
+    raw, pos = read_unsigned_varint(buf, pos, 5)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def read_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read a zigzag-encoded 64-bit varint."""
+    raw, pos = read_unsigned_varint(buf, pos, 10)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+# -- lengths ---------------------------------------------------------------------------------
+
+
+def _check_span(buf: Buffer, pos: int, n: int, what: str) -> int:
+    end = pos + n
+    if end > len(buf):
+        raise MalformedMessageError(
+            f"{what} of {n} bytes at offset {pos} runs past the end of a {len(buf)}-byte buffer"
+        )
+    return end
+
+
+def read_int16_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    if pos + 2 > len(buf):
+        raise MalformedMessageError(f"truncated length at offset {pos}")
+    return INT16.unpack_from(buf, pos)[0], pos + 2
+
+
+def read_int32_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    if pos + 4 > len(buf):
+        raise MalformedMessageError(f"truncated length at offset {pos}")
+    return INT32.unpack_from(buf, pos)[0], pos + 4
+
+
+def read_compact_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read a compact length: the unsigned varint N+1, so -1 means null."""
+    n, pos = read_unsigned_varint(buf, pos)
+    return n - 1, pos
+
+
+# -- strings ---------------------------------------------------------------------------------
+
+
+def _decode_utf8(buf: Buffer, pos: int, end: int) -> str:
+    try:
+        return str(buf[pos:end], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessageError(f"string at offset {pos} is not valid UTF-8") from exc
+
+
+def write_string(out: bytearray, value: str) -> None:
+    data = value.encode()
+    if len(data) > 0x7FFF:
+        raise EncodeError(f"string of {len(data)} bytes exceeds the int16 length limit")
+    out += INT16.pack(len(data))
+    out += data
+
+
+def write_nullable_string(out: bytearray, value: str | None) -> None:
+    if value is None:
+        out += b"\xff\xff"
+    else:
+        write_string(out, value)
+
+
+def write_compact_string(out: bytearray, value: str) -> None:
+    data = value.encode()
+    write_unsigned_varint(out, len(data) + 1)
+    out += data
+
+
+def write_compact_nullable_string(out: bytearray, value: str | None) -> None:
+    if value is None:
+        out.append(0)
+    else:
+        write_compact_string(out, value)
+
+
+def read_string(buf: Buffer, pos: int) -> tuple[str, int]:
+    n, pos = read_int16_length(buf, pos)
+    if n < 0:
+        raise MalformedMessageError(f"null string at offset {pos - 2} where none is allowed")
+    end = _check_span(buf, pos, n, "string")
+    return _decode_utf8(buf, pos, end), end
+
+
+def read_nullable_string(buf: Buffer, pos: int) -> tuple[str | None, int]:
+    n, pos = read_int16_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "string")
+    return _decode_utf8(buf, pos, end), end
+
+
+def read_compact_string(buf: Buffer, pos: int) -> tuple[str, int]:
+    n, pos = read_compact_length(buf, pos)
+    if n < 0:
+        raise MalformedMessageError(f"null compact string at offset {pos} where none is allowed")
+    end = _check_span(buf, pos, n, "string")
+    return _decode_utf8(buf, pos, end), end
+
+
+def read_compact_nullable_string(buf: Buffer, pos: int) -> tuple[str | None, int]:
+    n, pos = read_compact_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "string")
+    return _decode_utf8(buf, pos, end), end
+
+
+# -- bytes -----------------------------------------------------------------------------------
+
+
+def write_bytes(out: bytearray, value: Buffer) -> None:
+    out += INT32.pack(len(value))
+    out += value
+
+
+def write_nullable_bytes(out: bytearray, value: Buffer | None) -> None:
+    if value is None:
+        out += b"\xff\xff\xff\xff"
+    else:
+        write_bytes(out, value)
+
+
+def write_compact_bytes(out: bytearray, value: Buffer) -> None:
+    write_unsigned_varint(out, len(value) + 1)
+    out += value
+
+
+def write_compact_nullable_bytes(out: bytearray, value: Buffer | None) -> None:
+    if value is None:
+        out.append(0)
+    else:
+        write_compact_bytes(out, value)
+
+
+def read_bytes(buf: Buffer, pos: int) -> tuple[bytes, int]:
+    n, pos = read_int32_length(buf, pos)
+    if n < 0:
+        raise MalformedMessageError(f"null bytes at offset {pos - 4} where none is allowed")
+    end = _check_span(buf, pos, n, "bytes")
+    return bytes(buf[pos:end]), end
+
+
+def read_nullable_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_int32_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "bytes")
+    return bytes(buf[pos:end]), end
+
+
+def read_compact_bytes(buf: Buffer, pos: int) -> tuple[bytes, int]:
+    n, pos = read_compact_length(buf, pos)
+    if n < 0:
+        raise MalformedMessageError(f"null compact bytes at offset {pos} where none is allowed")
+    end = _check_span(buf, pos, n, "bytes")
+    return bytes(buf[pos:end]), end
+
+
+def read_compact_nullable_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_compact_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "bytes")
+    return bytes(buf[pos:end]), end
+
+
+# Records are handed out as read-only views of the frame, never copied: the broker writes them
+# to disk and the consumer scans them in place.
+
+
+def read_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:
+    n, pos = read_int32_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "records")
+    return memoryview(buf)[pos:end].toreadonly(), end
+
+
+def read_compact_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:
+    n, pos = read_compact_length(buf, pos)
+    if n < 0:
+        return None, pos
+    end = _check_span(buf, pos, n, "records")
+    return memoryview(buf)[pos:end].toreadonly(), end
+
+
+# -- uuid ------------------------------------------------------------------------------------
+
+
+def write_uuid(out: bytearray, value: uuid.UUID) -> None:
+    out += value.bytes
+
+
+def read_uuid(buf: Buffer, pos: int) -> tuple[uuid.UUID, int]:
+    end = _check_span(buf, pos, 16, "uuid")
+    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+
+
+# -- arrays ----------------------------------------------------------------------------------
+
+
+def read_array_length(buf: Buffer, pos: int, compact: bool) -> tuple[int, int]:
+    """Read an array length (-1 for null) and reject lengths the buffer cannot possibly hold.
+
+    Every element takes at least one byte, so a count larger than the bytes left is a lie;
+    checking it up front stops a 2**31 count from spinning before it fails.
+    """
+    n, pos = read_compact_length(buf, pos) if compact else read_int32_length(buf, pos)
+    if n > len(buf) - pos:
+        raise MalformedMessageError(
+            f"array of {n} elements at offset {pos} cannot fit in the {len(buf) - pos} bytes left"
+        )
+    return n, pos
+
+
+def write_array_length(out: bytearray, n: int, compact: bool) -> None:
+    if compact:
+        write_unsigned_varint(out, n + 1)
+    else:
+        out += INT32.pack(n)
+
+
+def read_primitive_array(
+    buf: Buffer, pos: int, n: int, reader: Callable[[Buffer, int], tuple[T, int]]
+) -> tuple[list[T], int]:
+    items: list[T] = []
+    append = items.append
+    for _ in range(n):
+        item, pos = reader(buf, pos)
+        append(item)
+    return items, pos
+
+
+def read_fixed_array(buf: Buffer, pos: int, n: int, codec: struct.Struct) -> tuple[list[T], int]:
+    """Read ``n`` fixed-width values in one ``unpack_from`` call."""
+    fmt = struct.Struct(">" + codec.format.lstrip(">") * n) if n else None
+    if fmt is None:
+        return [], pos
+    end = _check_span(buf, pos, fmt.size, "array")
+    return list(fmt.unpack_from(buf, pos)), end
+
+
+# -- tagged fields ---------------------------------------------------------------------------
+
+
+def skip_tagged_field(buf: Buffer, pos: int) -> int:
+    """Skip one tagged field's payload (its tag already read); returns the new position."""
+    size, pos = read_unsigned_varint(buf, pos)
+    return _check_span(buf, pos, size, "tagged field")
+
+
+def write_tagged_field(out: bytearray, tag: int, payload: Buffer) -> None:
+    write_unsigned_varint(out, tag)
+    write_unsigned_varint(out, len(payload))
+    out += payload
+
+
+def read_tag_header(buf: Buffer, pos: int) -> tuple[int, int, int]:
+    """Read a tagged field's tag and size; returns ``(tag, payload_start, payload_end)``."""
+    tag, pos = read_unsigned_varint(buf, pos)
+    size, pos = read_unsigned_varint(buf, pos)
+    return tag, pos, _check_span(buf, pos, size, "tagged field")
+
+
+def skip_tagged_fields(buf: Buffer, pos: int) -> int:
+    """Skip a whole tagged-field section none of whose tags this version knows."""
+    count, pos = read_unsigned_varint(buf, pos)
+    for _ in range(count):
+        _, _, pos = read_tag_header(buf, pos)
+    return pos
+
+
+def read_int8(buf: Buffer, pos: int) -> tuple[int, int]:
+    if pos >= len(buf):
+        raise MalformedMessageError(f"truncated int8 at offset {pos}")
+    return INT8.unpack_from(buf, pos)[0], pos + 1
+
+
+def not_null(value: T | None, name: str) -> T:
+    """Reject None for a field that is nullable only in other versions than the one encoded."""
+    if value is None:
+        raise EncodeError(f"{name} cannot be null at this version")
+    return value

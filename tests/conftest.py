@@ -1,0 +1,39 @@
+"""Shared fixtures: where Kafka's message specs are, and the project's own generator."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))
+
+
+def load_generator() -> ModuleType:
+    """Import tools/generate_protocol.py (a script, not part of the package)."""
+    name = "generate_protocol"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "generate_protocol.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def spec_dir() -> Path:
+    if not SPEC_DIR.is_dir():
+        pytest.skip(f"Kafka message specs not found at {SPEC_DIR} (set KAYAK_SPEC_DIR)")
+    return SPEC_DIR
+
+
+@pytest.fixture(scope="session")
+def generator() -> ModuleType:
+    return load_generator()
