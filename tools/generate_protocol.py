@@ -425,7 +425,11 @@ class ModuleWriter:
         flush_run()
         if flexible:
             if not tagged:
-                lines.append(f"    pos = {self.use('skip_tagged_fields')}(buf, pos)")
+                # Inline the common case, an empty tagged section, to save a call per struct.
+                lines.append("    if buf[pos]:")
+                lines.append(f"        pos = {self.use('skip_tagged_fields')}(buf, pos)")
+                lines.append("    else:")
+                lines.append("        pos += 1")
             else:
                 for f, lay in tagged:
                     annotation = self.annotation(f)
@@ -440,7 +444,11 @@ class ModuleWriter:
                     lines.extend("            " + s for s in inner)
                     keyword_ = "elif"
                 lines.append("        pos = end")
-        args = ", ".join(f"{lay.py_name}={lay.py_name}" for _, lay in regular + tagged)
+        present = {lay.py_name for _, lay in regular + tagged}
+        # Positional arguments in declaration order construct measurably faster than keywords.
+        args = ", ".join(
+            f.py_name if f.py_name in present else self.default_expr(f) for f in struct.fields
+        )
         lines.append(f"    return {cls}({args}), pos")
         return "\n".join(lines)
 
@@ -471,7 +479,13 @@ class ModuleWriter:
 
     def read_array(self, lay: Layout, target: str, owner: str, pos: str) -> list[str]:
         elem = lay.type[2:]
-        lines = [f"n, {pos} = {self.use('read_array_length')}(buf, {pos}, {lay.compact})"]
+        if elem in FIXED_FORMATS:
+            fmt = FIXED_FORMATS[elem]
+            fn = self.use("read_nullable_fixed_array" if lay.nullable else "read_fixed_array")
+            args = f"buf, {pos}, {lay.compact}, {fmt!r}, {FIXED_SIZES[fmt]}"
+            return [f"{target}, {pos} = {fn}({args})"]
+        length = "read_compact_array_length" if lay.compact else "read_int32_array_length"
+        lines = [f"n, {pos} = {self.use(length)}(buf, {pos})"]
         if lay.nullable:
             lines += ["if n < 0:", f"    {target} = None", "else:"]
             indent = "    "
@@ -479,10 +493,7 @@ class ModuleWriter:
             err = self.use("MalformedMessageError")
             lines += ["if n < 0:", f"    raise {err}('null array {owner}.{lay.py_name}')"]
             indent = ""
-        if elem in FIXED_FORMATS:
-            fixed = self.use(self.fixed_struct(elem))
-            body = [f"{target}, {pos} = {self.use('read_fixed_array')}(buf, {pos}, n, {fixed})"]
-        elif elem in ("string", "bytes", "uuid"):
+        if elem in ("string", "bytes", "uuid"):
             prefix = "compact_" if lay.compact and elem != "uuid" else ""
             fn = self.use(f"read_{prefix}{elem}")
             body = [f"{target}, {pos} = {self.use('read_primitive_array')}(buf, {pos}, n, {fn})"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kayak.errors import EncodeError, MalformedMessageError
 
@@ -292,18 +292,38 @@ def read_uuid(buf: Buffer, pos: int) -> tuple[uuid.UUID, int]:
 # -- arrays ----------------------------------------------------------------------------------
 
 
-def read_array_length(buf: Buffer, pos: int, compact: bool) -> tuple[int, int]:
-    """Read an array length (-1 for null) and reject lengths the buffer cannot possibly hold.
-
-    Every element takes at least one byte, so a count larger than the bytes left is a lie;
-    checking it up front stops a 2**31 count from spinning before it fails.
-    """
-    n, pos = read_compact_length(buf, pos) if compact else read_int32_length(buf, pos)
+def _check_array_length(buf: Buffer, pos: int, n: int) -> None:
+    # Every element takes at least one byte, so a count larger than the bytes left is a lie;
+    # rejecting it up front stops a 2**31 count from spinning before it fails.
     if n > len(buf) - pos:
         raise MalformedMessageError(
             f"array of {n} elements at offset {pos} cannot fit in the {len(buf) - pos} bytes left"
         )
+
+
+def read_int32_array_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read a classic array length (-1 for null)."""
+    n, pos = read_int32_length(buf, pos)
+    _check_array_length(buf, pos, n)
     return n, pos
+
+
+def read_compact_array_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read a compact array length (N+1 as an unsigned varint; -1 for null)."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        n = buf[pos] - 1
+        pos += 1
+    else:
+        n, pos = read_compact_length(buf, pos)
+    _check_array_length(buf, pos, n)
+    return n, pos
+
+
+def read_array_length(buf: Buffer, pos: int, compact: bool) -> tuple[int, int]:
+    """Read an array length (-1 for null), compact or classic."""
+    if compact:
+        return read_compact_array_length(buf, pos)
+    return read_int32_array_length(buf, pos)
 
 
 def write_array_length(out: bytearray, n: int, compact: bool) -> None:
@@ -324,13 +344,43 @@ def read_primitive_array(
     return items, pos
 
 
-def read_fixed_array(buf: Buffer, pos: int, n: int, codec: struct.Struct) -> tuple[list[T], int]:
-    """Read ``n`` fixed-width values in one ``unpack_from`` call."""
-    fmt = struct.Struct(">" + codec.format.lstrip(">") * n) if n else None
-    if fmt is None:
-        return [], pos
-    end = _check_span(buf, pos, fmt.size, "array")
-    return list(fmt.unpack_from(buf, pos)), end
+def read_nullable_fixed_array(
+    buf: Buffer, pos: int, compact: bool, fmt: str, size: int
+) -> tuple[list[Any] | None, int]:
+    """Read a possibly-null array of fixed-width values (struct format ``fmt``) in one call.
+
+    Metadata and group responses carry thousands of small int32 arrays; doing the length,
+    the bounds check and the unpack in one call is most of their decoding cost.
+    """
+    end = len(buf)
+    if compact:
+        if pos < end and buf[pos] < 0x80:
+            n = buf[pos] - 1
+            pos += 1
+        else:
+            n, pos = read_compact_length(buf, pos)
+    elif pos + 4 <= end:
+        n = INT32.unpack_from(buf, pos)[0]
+        pos += 4
+    else:
+        raise MalformedMessageError(f"truncated array length at offset {pos}")
+    if n <= 0:
+        return (None if n < 0 else []), pos
+    stop = pos + n * size
+    if stop > end:
+        raise MalformedMessageError(f"array of {n} values at offset {pos} runs past the end")
+    # the struct module caches compiled formats by their string
+    return list(struct.unpack_from(f">{n}{fmt}", buf, pos)), stop
+
+
+def read_fixed_array(
+    buf: Buffer, pos: int, compact: bool, fmt: str, size: int
+) -> tuple[list[Any], int]:
+    """Read a non-null array of fixed-width values (struct format ``fmt``) in one call."""
+    items, end = read_nullable_fixed_array(buf, pos, compact, fmt, size)
+    if items is None:
+        raise MalformedMessageError(f"null array at offset {pos} where none is allowed")
+    return items, end
 
 
 # -- tagged fields ---------------------------------------------------------------------------
@@ -357,6 +407,8 @@ def read_tag_header(buf: Buffer, pos: int) -> tuple[int, int, int]:
 
 def skip_tagged_fields(buf: Buffer, pos: int) -> int:
     """Skip a whole tagged-field section none of whose tags this version knows."""
+    if pos < len(buf) and buf[pos] == 0:  # by far the common case: no tagged fields
+        return pos + 1
     count, pos = read_unsigned_varint(buf, pos)
     for _ in range(count):
         _, _, pos = read_tag_header(buf, pos)

@@ -55,7 +55,7 @@ def _read_add_offsets_to_txn_request_v0(buf: Buffer, pos: int) -> tuple[AddOffse
     producer_id, producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     group_id, pos = read_string(buf, pos)
-    return AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, group_id=group_id), pos
+    return AddOffsetsToTxnRequest(transactional_id, producer_id, producer_epoch, group_id), pos
 
 
 def _write_add_offsets_to_txn_request_v3(out: bytearray, o: AddOffsetsToTxnRequest) -> None:
@@ -70,8 +70,11 @@ def _read_add_offsets_to_txn_request_v3(buf: Buffer, pos: int) -> tuple[AddOffse
     producer_id, producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     group_id, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, group_id=group_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddOffsetsToTxnRequest(transactional_id, producer_id, producer_epoch, group_id), pos
 
 
 AddOffsetsToTxnRequest._WRITERS = {0: _write_add_offsets_to_txn_request_v0, 1: _write_add_offsets_to_txn_request_v0, 2: _write_add_offsets_to_txn_request_v0, 3: _write_add_offsets_to_txn_request_v3, 4: _write_add_offsets_to_txn_request_v3}

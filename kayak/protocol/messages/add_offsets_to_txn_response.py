@@ -45,7 +45,7 @@ def _write_add_offsets_to_txn_response_v0(out: bytearray, o: AddOffsetsToTxnResp
 def _read_add_offsets_to_txn_response_v0(buf: Buffer, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return AddOffsetsToTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    return AddOffsetsToTxnResponse(throttle_time_ms, error_code), pos
 
 
 def _write_add_offsets_to_txn_response_v3(out: bytearray, o: AddOffsetsToTxnResponse) -> None:
@@ -56,8 +56,11 @@ def _write_add_offsets_to_txn_response_v3(out: bytearray, o: AddOffsetsToTxnResp
 def _read_add_offsets_to_txn_response_v3(buf: Buffer, pos: int) -> tuple[AddOffsetsToTxnResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return AddOffsetsToTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddOffsetsToTxnResponse(throttle_time_ms, error_code), pos
 
 
 AddOffsetsToTxnResponse._WRITERS = {0: _write_add_offsets_to_txn_response_v0, 1: _write_add_offsets_to_txn_response_v0, 2: _write_add_offsets_to_txn_response_v0, 3: _write_add_offsets_to_txn_response_v3, 4: _write_add_offsets_to_txn_response_v3}

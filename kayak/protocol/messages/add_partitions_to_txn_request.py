@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -74,11 +74,8 @@ def _write_add_partitions_to_txn_topic_v0(out: bytearray, o: AddPartitionsToTxnT
 def _read_add_partitions_to_txn_topic_v0(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array AddPartitionsToTxnTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return AddPartitionsToTxnTopic(name=name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return AddPartitionsToTxnTopic(name, partitions), pos
 
 
 def _write_add_partitions_to_txn_request_v0(out: bytearray, o: AddPartitionsToTxnRequest) -> None:
@@ -94,14 +91,14 @@ def _read_add_partitions_to_txn_request_v0(buf: Buffer, pos: int) -> tuple[AddPa
     v3_and_below_producer_id, v3_and_below_producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     v3_and_below_topics: list[AddPartitionsToTxnTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnRequest.v3_and_below_topics')
     v3_and_below_topics = []
     for _ in range(n):
         v3_and_below_topics_item, pos = _read_add_partitions_to_txn_topic_v0(buf, pos)
         v3_and_below_topics.append(v3_and_below_topics_item)
-    return AddPartitionsToTxnRequest(v3_and_below_transactional_id=v3_and_below_transactional_id, v3_and_below_producer_id=v3_and_below_producer_id, v3_and_below_producer_epoch=v3_and_below_producer_epoch, v3_and_below_topics=v3_and_below_topics), pos
+    return AddPartitionsToTxnRequest([], v3_and_below_transactional_id, v3_and_below_producer_id, v3_and_below_producer_epoch, v3_and_below_topics), pos
 
 
 def _write_add_partitions_to_txn_topic_v3(out: bytearray, o: AddPartitionsToTxnTopic) -> None:
@@ -114,12 +111,12 @@ def _write_add_partitions_to_txn_topic_v3(out: bytearray, o: AddPartitionsToTxnT
 def _read_add_partitions_to_txn_topic_v3(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array AddPartitionsToTxnTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnTopic(name=name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnTopic(name, partitions), pos
 
 
 def _write_add_partitions_to_txn_request_v3(out: bytearray, o: AddPartitionsToTxnRequest) -> None:
@@ -136,15 +133,18 @@ def _read_add_partitions_to_txn_request_v3(buf: Buffer, pos: int) -> tuple[AddPa
     v3_and_below_producer_id, v3_and_below_producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     v3_and_below_topics: list[AddPartitionsToTxnTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnRequest.v3_and_below_topics')
     v3_and_below_topics = []
     for _ in range(n):
         v3_and_below_topics_item, pos = _read_add_partitions_to_txn_topic_v3(buf, pos)
         v3_and_below_topics.append(v3_and_below_topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnRequest(v3_and_below_transactional_id=v3_and_below_transactional_id, v3_and_below_producer_id=v3_and_below_producer_id, v3_and_below_producer_epoch=v3_and_below_producer_epoch, v3_and_below_topics=v3_and_below_topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnRequest([], v3_and_below_transactional_id, v3_and_below_producer_id, v3_and_below_producer_epoch, v3_and_below_topics), pos
 
 
 def _write_add_partitions_to_txn_transaction_v4(out: bytearray, o: AddPartitionsToTxnTransaction) -> None:
@@ -161,15 +161,18 @@ def _read_add_partitions_to_txn_transaction_v4(buf: Buffer, pos: int) -> tuple[A
     producer_id, producer_epoch, verify_only = _F_qho.unpack_from(buf, pos)
     pos += 11
     topics: list[AddPartitionsToTxnTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnTransaction.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_add_partitions_to_txn_topic_v3(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnTransaction(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=verify_only, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnTransaction(transactional_id, producer_id, producer_epoch, verify_only, topics), pos
 
 
 def _write_add_partitions_to_txn_request_v4(out: bytearray, o: AddPartitionsToTxnRequest) -> None:
@@ -181,15 +184,18 @@ def _write_add_partitions_to_txn_request_v4(out: bytearray, o: AddPartitionsToTx
 
 def _read_add_partitions_to_txn_request_v4(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnRequest, int]:
     transactions: list[AddPartitionsToTxnTransaction]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnRequest.transactions')
     transactions = []
     for _ in range(n):
         transactions_item, pos = _read_add_partitions_to_txn_transaction_v4(buf, pos)
         transactions.append(transactions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnRequest(transactions=transactions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnRequest(transactions, '', 0, 0, []), pos
 
 
 AddPartitionsToTxnRequest._WRITERS = {0: _write_add_partitions_to_txn_request_v0, 1: _write_add_partitions_to_txn_request_v0, 2: _write_add_partitions_to_txn_request_v0, 3: _write_add_partitions_to_txn_request_v3, 4: _write_add_partitions_to_txn_request_v4, 5: _write_add_partitions_to_txn_request_v4}

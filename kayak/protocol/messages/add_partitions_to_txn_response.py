@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -72,7 +73,7 @@ def _write_add_partitions_to_txn_partition_result_v0(out: bytearray, o: AddParti
 def _read_add_partitions_to_txn_partition_result_v0(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     partition_index, partition_error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return AddPartitionsToTxnPartitionResult(partition_index=partition_index, partition_error_code=partition_error_code), pos
+    return AddPartitionsToTxnPartitionResult(partition_index, partition_error_code), pos
 
 
 def _write_add_partitions_to_txn_topic_result_v0(out: bytearray, o: AddPartitionsToTxnTopicResult) -> None:
@@ -85,14 +86,14 @@ def _write_add_partitions_to_txn_topic_result_v0(out: bytearray, o: AddPartition
 def _read_add_partitions_to_txn_topic_result_v0(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     name, pos = read_string(buf, pos)
     results_by_partition: list[AddPartitionsToTxnPartitionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnTopicResult.results_by_partition')
     results_by_partition = []
     for _ in range(n):
         results_by_partition_item, pos = _read_add_partitions_to_txn_partition_result_v0(buf, pos)
         results_by_partition.append(results_by_partition_item)
-    return AddPartitionsToTxnTopicResult(name=name, results_by_partition=results_by_partition), pos
+    return AddPartitionsToTxnTopicResult(name, results_by_partition), pos
 
 
 def _write_add_partitions_to_txn_response_v0(out: bytearray, o: AddPartitionsToTxnResponse) -> None:
@@ -106,14 +107,14 @@ def _read_add_partitions_to_txn_response_v0(buf: Buffer, pos: int) -> tuple[AddP
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
     results_by_topic_v3_and_below = []
     for _ in range(n):
         results_by_topic_v3_and_below_item, pos = _read_add_partitions_to_txn_topic_result_v0(buf, pos)
         results_by_topic_v3_and_below.append(results_by_topic_v3_and_below_item)
-    return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, results_by_topic_v3_and_below=results_by_topic_v3_and_below), pos
+    return AddPartitionsToTxnResponse(throttle_time_ms, 0, [], results_by_topic_v3_and_below), pos
 
 
 def _write_add_partitions_to_txn_partition_result_v3(out: bytearray, o: AddPartitionsToTxnPartitionResult) -> None:
@@ -124,8 +125,11 @@ def _write_add_partitions_to_txn_partition_result_v3(out: bytearray, o: AddParti
 def _read_add_partitions_to_txn_partition_result_v3(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnPartitionResult, int]:
     partition_index, partition_error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnPartitionResult(partition_index=partition_index, partition_error_code=partition_error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnPartitionResult(partition_index, partition_error_code), pos
 
 
 def _write_add_partitions_to_txn_topic_result_v3(out: bytearray, o: AddPartitionsToTxnTopicResult) -> None:
@@ -139,15 +143,18 @@ def _write_add_partitions_to_txn_topic_result_v3(out: bytearray, o: AddPartition
 def _read_add_partitions_to_txn_topic_result_v3(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnTopicResult, int]:
     name, pos = read_compact_string(buf, pos)
     results_by_partition: list[AddPartitionsToTxnPartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnTopicResult.results_by_partition')
     results_by_partition = []
     for _ in range(n):
         results_by_partition_item, pos = _read_add_partitions_to_txn_partition_result_v3(buf, pos)
         results_by_partition.append(results_by_partition_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnTopicResult(name=name, results_by_partition=results_by_partition), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnTopicResult(name, results_by_partition), pos
 
 
 def _write_add_partitions_to_txn_response_v3(out: bytearray, o: AddPartitionsToTxnResponse) -> None:
@@ -162,15 +169,18 @@ def _read_add_partitions_to_txn_response_v3(buf: Buffer, pos: int) -> tuple[AddP
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
     results_by_topic_v3_and_below = []
     for _ in range(n):
         results_by_topic_v3_and_below_item, pos = _read_add_partitions_to_txn_topic_result_v3(buf, pos)
         results_by_topic_v3_and_below.append(results_by_topic_v3_and_below_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, results_by_topic_v3_and_below=results_by_topic_v3_and_below), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnResponse(throttle_time_ms, 0, [], results_by_topic_v3_and_below), pos
 
 
 def _write_add_partitions_to_txn_result_v4(out: bytearray, o: AddPartitionsToTxnResult) -> None:
@@ -184,15 +194,18 @@ def _write_add_partitions_to_txn_result_v4(out: bytearray, o: AddPartitionsToTxn
 def _read_add_partitions_to_txn_result_v4(buf: Buffer, pos: int) -> tuple[AddPartitionsToTxnResult, int]:
     transactional_id, pos = read_compact_string(buf, pos)
     topic_results: list[AddPartitionsToTxnTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnResult.topic_results')
     topic_results = []
     for _ in range(n):
         topic_results_item, pos = _read_add_partitions_to_txn_topic_result_v3(buf, pos)
         topic_results.append(topic_results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnResult(transactional_id=transactional_id, topic_results=topic_results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnResult(transactional_id, topic_results), pos
 
 
 def _write_add_partitions_to_txn_response_v4(out: bytearray, o: AddPartitionsToTxnResponse) -> None:
@@ -207,15 +220,18 @@ def _read_add_partitions_to_txn_response_v4(buf: Buffer, pos: int) -> tuple[AddP
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     results_by_transaction: list[AddPartitionsToTxnResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddPartitionsToTxnResponse.results_by_transaction')
     results_by_transaction = []
     for _ in range(n):
         results_by_transaction_item, pos = _read_add_partitions_to_txn_result_v4(buf, pos)
         results_by_transaction.append(results_by_transaction_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddPartitionsToTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results_by_transaction=results_by_transaction), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddPartitionsToTxnResponse(throttle_time_ms, error_code, results_by_transaction, []), pos
 
 
 AddPartitionsToTxnResponse._WRITERS = {0: _write_add_partitions_to_txn_response_v0, 1: _write_add_partitions_to_txn_response_v0, 2: _write_add_partitions_to_txn_response_v0, 3: _write_add_partitions_to_txn_response_v3, 4: _write_add_partitions_to_txn_response_v4, 5: _write_add_partitions_to_txn_response_v4}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_uuid,
@@ -69,8 +69,11 @@ def _read_listener_v0(buf: Buffer, pos: int) -> tuple[Listener, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return Listener(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Listener(name, host, port), pos
 
 
 def _write_add_raft_voter_request_v0(out: bytearray, o: AddRaftVoterRequest) -> None:
@@ -89,15 +92,18 @@ def _read_add_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[AddRaftVoter
     pos += 8
     voter_directory_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AddRaftVoterRequest.listeners')
     listeners = []
     for _ in range(n):
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AddRaftVoterRequest(cluster_id=cluster_id, timeout_ms=timeout_ms, voter_id=voter_id, voter_directory_id=voter_directory_id, listeners=listeners), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AddRaftVoterRequest(cluster_id, timeout_ms, voter_id, voter_directory_id, listeners), pos
 
 
 AddRaftVoterRequest._WRITERS = {0: _write_add_raft_voter_request_v0}

@@ -46,8 +46,11 @@ def _write_allocate_producer_ids_request_v0(out: bytearray, o: AllocateProducerI
 def _read_allocate_producer_ids_request_v0(buf: Buffer, pos: int) -> tuple[AllocateProducerIdsRequest, int]:
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AllocateProducerIdsRequest(broker_id, broker_epoch), pos
 
 
 AllocateProducerIdsRequest._WRITERS = {0: _write_allocate_producer_ids_request_v0}

@@ -48,8 +48,11 @@ def _write_allocate_producer_ids_response_v0(out: bytearray, o: AllocateProducer
 def _read_allocate_producer_ids_response_v0(buf: Buffer, pos: int) -> tuple[AllocateProducerIdsResponse, int]:
     throttle_time_ms, error_code, producer_id_start, producer_id_len = _F_ihqi.unpack_from(buf, pos)
     pos += 18
-    pos = skip_tagged_fields(buf, pos)
-    return AllocateProducerIdsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, producer_id_start=producer_id_start, producer_id_len=producer_id_len), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AllocateProducerIdsResponse(throttle_time_ms, error_code, producer_id_start, producer_id_len), pos
 
 
 AllocateProducerIdsResponse._WRITERS = {0: _write_allocate_producer_ids_response_v0}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -76,7 +77,7 @@ def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v0(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_string(buf, pos)
     entity_name, pos = read_nullable_string(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_op_data_v0(out: bytearray, o: OpData) -> None:
@@ -88,7 +89,7 @@ def _read_op_data_v0(buf: Buffer, pos: int) -> tuple[OpData, int]:
     key, pos = read_string(buf, pos)
     value, remove = _F_do.unpack_from(buf, pos)
     pos += 9
-    return OpData(key=key, value=value, remove=remove), pos
+    return OpData(key, value, remove), pos
 
 
 def _write_entry_data_v0(out: bytearray, o: EntryData) -> None:
@@ -102,7 +103,7 @@ def _write_entry_data_v0(out: bytearray, o: EntryData) -> None:
 
 def _read_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
@@ -110,14 +111,14 @@ def _read_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
         entity_item, pos = _read_entity_data_v0(buf, pos)
         entity.append(entity_item)
     ops: list[OpData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.ops')
     ops = []
     for _ in range(n):
         ops_item, pos = _read_op_data_v0(buf, pos)
         ops.append(ops_item)
-    return EntryData(entity=entity, ops=ops), pos
+    return EntryData(entity, ops), pos
 
 
 def _write_alter_client_quotas_request_v0(out: bytearray, o: AlterClientQuotasRequest) -> None:
@@ -129,7 +130,7 @@ def _write_alter_client_quotas_request_v0(out: bytearray, o: AlterClientQuotasRe
 
 def _read_alter_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     entries: list[EntryData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterClientQuotasRequest.entries')
     entries = []
@@ -138,7 +139,7 @@ def _read_alter_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[AlterCl
         entries.append(entries_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return AlterClientQuotasRequest(entries=entries, validate_only=validate_only), pos
+    return AlterClientQuotasRequest(entries, validate_only), pos
 
 
 def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
@@ -150,8 +151,11 @@ def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v1(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_compact_string(buf, pos)
     entity_name, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_op_data_v1(out: bytearray, o: OpData) -> None:
@@ -164,8 +168,11 @@ def _read_op_data_v1(buf: Buffer, pos: int) -> tuple[OpData, int]:
     key, pos = read_compact_string(buf, pos)
     value, remove = _F_do.unpack_from(buf, pos)
     pos += 9
-    pos = skip_tagged_fields(buf, pos)
-    return OpData(key=key, value=value, remove=remove), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OpData(key, value, remove), pos
 
 
 def _write_entry_data_v1(out: bytearray, o: EntryData) -> None:
@@ -180,7 +187,7 @@ def _write_entry_data_v1(out: bytearray, o: EntryData) -> None:
 
 def _read_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
@@ -188,15 +195,18 @@ def _read_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
         entity_item, pos = _read_entity_data_v1(buf, pos)
         entity.append(entity_item)
     ops: list[OpData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.ops')
     ops = []
     for _ in range(n):
         ops_item, pos = _read_op_data_v1(buf, pos)
         ops.append(ops_item)
-    pos = skip_tagged_fields(buf, pos)
-    return EntryData(entity=entity, ops=ops), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntryData(entity, ops), pos
 
 
 def _write_alter_client_quotas_request_v1(out: bytearray, o: AlterClientQuotasRequest) -> None:
@@ -209,7 +219,7 @@ def _write_alter_client_quotas_request_v1(out: bytearray, o: AlterClientQuotasRe
 
 def _read_alter_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[AlterClientQuotasRequest, int]:
     entries: list[EntryData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterClientQuotasRequest.entries')
     entries = []
@@ -218,8 +228,11 @@ def _read_alter_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[AlterCl
         entries.append(entries_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return AlterClientQuotasRequest(entries=entries, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterClientQuotasRequest(entries, validate_only), pos
 
 
 AlterClientQuotasRequest._WRITERS = {0: _write_alter_client_quotas_request_v0, 1: _write_alter_client_quotas_request_v1}

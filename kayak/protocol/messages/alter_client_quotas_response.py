@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -70,7 +71,7 @@ def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v0(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_string(buf, pos)
     entity_name, pos = read_nullable_string(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_entry_data_v0(out: bytearray, o: EntryData) -> None:
@@ -86,14 +87,14 @@ def _read_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
     for _ in range(n):
         entity_item, pos = _read_entity_data_v0(buf, pos)
         entity.append(entity_item)
-    return EntryData(error_code=error_code, error_message=error_message, entity=entity), pos
+    return EntryData(error_code, error_message, entity), pos
 
 
 def _write_alter_client_quotas_response_v0(out: bytearray, o: AlterClientQuotasResponse) -> None:
@@ -107,14 +108,14 @@ def _read_alter_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[AlterC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     entries: list[EntryData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterClientQuotasResponse.entries')
     entries = []
     for _ in range(n):
         entries_item, pos = _read_entry_data_v0(buf, pos)
         entries.append(entries_item)
-    return AlterClientQuotasResponse(throttle_time_ms=throttle_time_ms, entries=entries), pos
+    return AlterClientQuotasResponse(throttle_time_ms, entries), pos
 
 
 def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
@@ -126,8 +127,11 @@ def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v1(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_compact_string(buf, pos)
     entity_name, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_entry_data_v1(out: bytearray, o: EntryData) -> None:
@@ -144,15 +148,18 @@ def _read_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
     for _ in range(n):
         entity_item, pos = _read_entity_data_v1(buf, pos)
         entity.append(entity_item)
-    pos = skip_tagged_fields(buf, pos)
-    return EntryData(error_code=error_code, error_message=error_message, entity=entity), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntryData(error_code, error_message, entity), pos
 
 
 def _write_alter_client_quotas_response_v1(out: bytearray, o: AlterClientQuotasResponse) -> None:
@@ -167,15 +174,18 @@ def _read_alter_client_quotas_response_v1(buf: Buffer, pos: int) -> tuple[AlterC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     entries: list[EntryData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterClientQuotasResponse.entries')
     entries = []
     for _ in range(n):
         entries_item, pos = _read_entry_data_v1(buf, pos)
         entries.append(entries_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterClientQuotasResponse(throttle_time_ms=throttle_time_ms, entries=entries), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterClientQuotasResponse(throttle_time_ms, entries), pos
 
 
 AlterClientQuotasResponse._WRITERS = {0: _write_alter_client_quotas_response_v0, 1: _write_alter_client_quotas_response_v1}

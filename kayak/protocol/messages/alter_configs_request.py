@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -70,7 +71,7 @@ def _write_alterable_config_v0(out: bytearray, o: AlterableConfig) -> None:
 def _read_alterable_config_v0(buf: Buffer, pos: int) -> tuple[AlterableConfig, int]:
     name, pos = read_string(buf, pos)
     value, pos = read_nullable_string(buf, pos)
-    return AlterableConfig(name=name, value=value), pos
+    return AlterableConfig(name, value), pos
 
 
 def _write_alter_configs_resource_v0(out: bytearray, o: AlterConfigsResource) -> None:
@@ -86,14 +87,14 @@ def _read_alter_configs_resource_v0(buf: Buffer, pos: int) -> tuple[AlterConfigs
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configs: list[AlterableConfig]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResource.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_alterable_config_v0(buf, pos)
         configs.append(configs_item)
-    return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    return AlterConfigsResource(resource_type, resource_name, configs), pos
 
 
 def _write_alter_configs_request_v0(out: bytearray, o: AlterConfigsRequest) -> None:
@@ -105,7 +106,7 @@ def _write_alter_configs_request_v0(out: bytearray, o: AlterConfigsRequest) -> N
 
 def _read_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple[AlterConfigsRequest, int]:
     resources: list[AlterConfigsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsRequest.resources')
     resources = []
@@ -114,7 +115,7 @@ def _read_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple[AlterConfigsR
         resources.append(resources_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return AlterConfigsRequest(resources=resources, validate_only=validate_only), pos
+    return AlterConfigsRequest(resources, validate_only), pos
 
 
 def _write_alterable_config_v2(out: bytearray, o: AlterableConfig) -> None:
@@ -126,8 +127,11 @@ def _write_alterable_config_v2(out: bytearray, o: AlterableConfig) -> None:
 def _read_alterable_config_v2(buf: Buffer, pos: int) -> tuple[AlterableConfig, int]:
     name, pos = read_compact_string(buf, pos)
     value, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterableConfig(name=name, value=value), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterableConfig(name, value), pos
 
 
 def _write_alter_configs_resource_v2(out: bytearray, o: AlterConfigsResource) -> None:
@@ -144,15 +148,18 @@ def _read_alter_configs_resource_v2(buf: Buffer, pos: int) -> tuple[AlterConfigs
     pos += 1
     resource_name, pos = read_compact_string(buf, pos)
     configs: list[AlterableConfig]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResource.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_alterable_config_v2(buf, pos)
         configs.append(configs_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterConfigsResource(resource_type, resource_name, configs), pos
 
 
 def _write_alter_configs_request_v2(out: bytearray, o: AlterConfigsRequest) -> None:
@@ -165,7 +172,7 @@ def _write_alter_configs_request_v2(out: bytearray, o: AlterConfigsRequest) -> N
 
 def _read_alter_configs_request_v2(buf: Buffer, pos: int) -> tuple[AlterConfigsRequest, int]:
     resources: list[AlterConfigsResource]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsRequest.resources')
     resources = []
@@ -174,8 +181,11 @@ def _read_alter_configs_request_v2(buf: Buffer, pos: int) -> tuple[AlterConfigsR
         resources.append(resources_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return AlterConfigsRequest(resources=resources, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterConfigsRequest(resources, validate_only), pos
 
 
 AlterConfigsRequest._WRITERS = {0: _write_alter_configs_request_v0, 1: _write_alter_configs_request_v0, 2: _write_alter_configs_request_v2}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -72,7 +73,7 @@ def _read_alter_configs_resource_response_v0(buf: Buffer, pos: int) -> tuple[Alt
     resource_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     resource_name, pos = read_string(buf, pos)
-    return AlterConfigsResourceResponse(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name), pos
+    return AlterConfigsResourceResponse(error_code, error_message, resource_type, resource_name), pos
 
 
 def _write_alter_configs_response_v0(out: bytearray, o: AlterConfigsResponse) -> None:
@@ -86,14 +87,14 @@ def _read_alter_configs_response_v0(buf: Buffer, pos: int) -> tuple[AlterConfigs
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[AlterConfigsResourceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_alter_configs_resource_response_v0(buf, pos)
         responses.append(responses_item)
-    return AlterConfigsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    return AlterConfigsResponse(throttle_time_ms, responses), pos
 
 
 def _write_alter_configs_resource_response_v2(out: bytearray, o: AlterConfigsResourceResponse) -> None:
@@ -111,8 +112,11 @@ def _read_alter_configs_resource_response_v2(buf: Buffer, pos: int) -> tuple[Alt
     resource_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     resource_name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterConfigsResourceResponse(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterConfigsResourceResponse(error_code, error_message, resource_type, resource_name), pos
 
 
 def _write_alter_configs_response_v2(out: bytearray, o: AlterConfigsResponse) -> None:
@@ -127,15 +131,18 @@ def _read_alter_configs_response_v2(buf: Buffer, pos: int) -> tuple[AlterConfigs
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[AlterConfigsResourceResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_alter_configs_resource_response_v2(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterConfigsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterConfigsResponse(throttle_time_ms, responses), pos
 
 
 AlterConfigsResponse._WRITERS = {0: _write_alter_configs_response_v0, 1: _write_alter_configs_response_v0, 2: _write_alter_configs_response_v2}

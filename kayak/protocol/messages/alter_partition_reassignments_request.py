@@ -14,10 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
-    read_fixed_array,
+    read_nullable_fixed_array,
     skip_tagged_fields,
     write_array_length,
     write_compact_string,
@@ -70,13 +69,12 @@ def _read_reassignable_partition_v0(buf: Buffer, pos: int) -> tuple[Reassignable
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int] | None
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        replicas = None
+    replicas, pos = read_nullable_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
     else:
-        replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return ReassignablePartition(partition_index=partition_index, replicas=replicas), pos
+        pos += 1
+    return ReassignablePartition(partition_index, replicas), pos
 
 
 def _write_reassignable_topic_v0(out: bytearray, o: ReassignableTopic) -> None:
@@ -90,15 +88,18 @@ def _write_reassignable_topic_v0(out: bytearray, o: ReassignableTopic) -> None:
 def _read_reassignable_topic_v0(buf: Buffer, pos: int) -> tuple[ReassignableTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[ReassignablePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReassignableTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_reassignable_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReassignableTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReassignableTopic(name, partitions), pos
 
 
 def _write_alter_partition_reassignments_request_v0(out: bytearray, o: AlterPartitionReassignmentsRequest) -> None:
@@ -113,15 +114,18 @@ def _read_alter_partition_reassignments_request_v0(buf: Buffer, pos: int) -> tup
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ReassignableTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionReassignmentsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_reassignable_topic_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionReassignmentsRequest(timeout_ms, topics), pos
 
 
 AlterPartitionReassignmentsRequest._WRITERS = {0: _write_alter_partition_reassignments_request_v0}

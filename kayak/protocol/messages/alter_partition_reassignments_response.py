@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -69,8 +69,11 @@ def _read_reassignable_partition_response_v0(buf: Buffer, pos: int) -> tuple[Rea
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ReassignablePartitionResponse(partition_index=partition_index, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReassignablePartitionResponse(partition_index, error_code, error_message), pos
 
 
 def _write_reassignable_topic_response_v0(out: bytearray, o: ReassignableTopicResponse) -> None:
@@ -84,15 +87,18 @@ def _write_reassignable_topic_response_v0(out: bytearray, o: ReassignableTopicRe
 def _read_reassignable_topic_response_v0(buf: Buffer, pos: int) -> tuple[ReassignableTopicResponse, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[ReassignablePartitionResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReassignableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_reassignable_partition_response_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReassignableTopicResponse(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReassignableTopicResponse(name, partitions), pos
 
 
 def _write_alter_partition_reassignments_response_v0(out: bytearray, o: AlterPartitionReassignmentsResponse) -> None:
@@ -109,15 +115,18 @@ def _read_alter_partition_reassignments_response_v0(buf: Buffer, pos: int) -> tu
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     responses: list[ReassignableTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionReassignmentsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_reassignable_topic_response_v0(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionReassignmentsResponse(throttle_time_ms, error_code, error_message, responses), pos
 
 
 AlterPartitionReassignmentsResponse._WRITERS = {0: _write_alter_partition_reassignments_response_v0}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     read_uuid,
@@ -85,14 +84,14 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     new_isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array PartitionData.new_isr')
-    new_isr, pos = read_fixed_array(buf, pos, n, INT32)
+    new_isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, leader_epoch=leader_epoch, new_isr=new_isr, partition_epoch=partition_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, leader_epoch, new_isr, [], 0, partition_epoch), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -106,15 +105,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, ZERO_UUID, partitions), pos
 
 
 def _write_alter_partition_request_v0(out: bytearray, o: AlterPartitionRequest) -> None:
@@ -129,15 +131,18 @@ def _read_alter_partition_request_v0(buf: Buffer, pos: int) -> tuple[AlterPartit
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionRequest(broker_id, broker_epoch, topics), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -152,14 +157,14 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     new_isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array PartitionData.new_isr')
-    new_isr, pos = read_fixed_array(buf, pos, n, INT32)
+    new_isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     leader_recovery_state, partition_epoch = _F_bi.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, leader_epoch=leader_epoch, new_isr=new_isr, leader_recovery_state=leader_recovery_state, partition_epoch=partition_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, leader_epoch, new_isr, [], leader_recovery_state, partition_epoch), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -173,15 +178,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, ZERO_UUID, partitions), pos
 
 
 def _write_alter_partition_request_v1(out: bytearray, o: AlterPartitionRequest) -> None:
@@ -196,15 +204,18 @@ def _read_alter_partition_request_v1(buf: Buffer, pos: int) -> tuple[AlterPartit
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionRequest(broker_id, broker_epoch, topics), pos
 
 
 def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
@@ -218,15 +229,18 @@ def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData('', topic_id, partitions), pos
 
 
 def _write_alter_partition_request_v2(out: bytearray, o: AlterPartitionRequest) -> None:
@@ -241,15 +255,18 @@ def _read_alter_partition_request_v2(buf: Buffer, pos: int) -> tuple[AlterPartit
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionRequest(broker_id, broker_epoch, topics), pos
 
 
 def _write_broker_state_v3(out: bytearray, o: BrokerState) -> None:
@@ -260,8 +277,11 @@ def _write_broker_state_v3(out: bytearray, o: BrokerState) -> None:
 def _read_broker_state_v3(buf: Buffer, pos: int) -> tuple[BrokerState, int]:
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerState(broker_id=broker_id, broker_epoch=broker_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerState(broker_id, broker_epoch), pos
 
 
 def _write_partition_data_v3(out: bytearray, o: PartitionData) -> None:
@@ -277,7 +297,7 @@ def _read_partition_data_v3(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     new_isr_with_epochs: list[BrokerState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.new_isr_with_epochs')
     new_isr_with_epochs = []
@@ -286,8 +306,11 @@ def _read_partition_data_v3(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
         new_isr_with_epochs.append(new_isr_with_epochs_item)
     leader_recovery_state, partition_epoch = _F_bi.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, leader_epoch=leader_epoch, new_isr_with_epochs=new_isr_with_epochs, leader_recovery_state=leader_recovery_state, partition_epoch=partition_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, leader_epoch, [], new_isr_with_epochs, leader_recovery_state, partition_epoch), pos
 
 
 def _write_topic_data_v3(out: bytearray, o: TopicData) -> None:
@@ -301,15 +324,18 @@ def _write_topic_data_v3(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v3(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v3(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData('', topic_id, partitions), pos
 
 
 def _write_alter_partition_request_v3(out: bytearray, o: AlterPartitionRequest) -> None:
@@ -324,15 +350,18 @@ def _read_alter_partition_request_v3(buf: Buffer, pos: int) -> tuple[AlterPartit
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v3(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionRequest(broker_id, broker_epoch, topics), pos
 
 
 AlterPartitionRequest._WRITERS = {0: _write_alter_partition_request_v0, 1: _write_alter_partition_request_v1, 2: _write_alter_partition_request_v2, 3: _write_alter_partition_request_v3}

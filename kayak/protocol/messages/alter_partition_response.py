@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     read_uuid,
@@ -80,14 +79,14 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch = _F_ihii.unpack_from(buf, pos)
     pos += 14
     isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array PartitionData.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, leader_id, leader_epoch, isr, 0, partition_epoch), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -101,15 +100,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, ZERO_UUID, partitions), pos
 
 
 def _write_alter_partition_response_v0(out: bytearray, o: AlterPartitionResponse) -> None:
@@ -124,15 +126,18 @@ def _read_alter_partition_response_v0(buf: Buffer, pos: int) -> tuple[AlterParti
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionResponse(throttle_time_ms, error_code, topics), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -147,14 +152,14 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch = _F_ihii.unpack_from(buf, pos)
     pos += 14
     isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array PartitionData.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     leader_recovery_state, partition_epoch = _F_bi.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, isr=isr, leader_recovery_state=leader_recovery_state, partition_epoch=partition_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, leader_id, leader_epoch, isr, leader_recovery_state, partition_epoch), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -168,15 +173,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, ZERO_UUID, partitions), pos
 
 
 def _write_alter_partition_response_v1(out: bytearray, o: AlterPartitionResponse) -> None:
@@ -191,15 +199,18 @@ def _read_alter_partition_response_v1(buf: Buffer, pos: int) -> tuple[AlterParti
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionResponse(throttle_time_ms, error_code, topics), pos
 
 
 def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
@@ -213,15 +224,18 @@ def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData('', topic_id, partitions), pos
 
 
 def _write_alter_partition_response_v2(out: bytearray, o: AlterPartitionResponse) -> None:
@@ -236,15 +250,18 @@ def _read_alter_partition_response_v2(buf: Buffer, pos: int) -> tuple[AlterParti
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterPartitionResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterPartitionResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterPartitionResponse(throttle_time_ms, error_code, topics), pos
 
 
 AlterPartitionResponse._WRITERS = {0: _write_alter_partition_response_v0, 1: _write_alter_partition_response_v1, 2: _write_alter_partition_response_v2, 3: _write_alter_partition_response_v2}

@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -63,11 +63,8 @@ def _write_alter_replica_log_dir_topic_v0(out: bytearray, o: AlterReplicaLogDirT
 def _read_alter_replica_log_dir_topic_v0(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array AlterReplicaLogDirTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return AlterReplicaLogDirTopic(name=name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return AlterReplicaLogDirTopic(name, partitions), pos
 
 
 def _write_alter_replica_log_dir_v0(out: bytearray, o: AlterReplicaLogDir) -> None:
@@ -80,14 +77,14 @@ def _write_alter_replica_log_dir_v0(out: bytearray, o: AlterReplicaLogDir) -> No
 def _read_alter_replica_log_dir_v0(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDir, int]:
     path, pos = read_string(buf, pos)
     topics: list[AlterReplicaLogDirTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDir.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_alter_replica_log_dir_topic_v0(buf, pos)
         topics.append(topics_item)
-    return AlterReplicaLogDir(path=path, topics=topics), pos
+    return AlterReplicaLogDir(path, topics), pos
 
 
 def _write_alter_replica_log_dirs_request_v0(out: bytearray, o: AlterReplicaLogDirsRequest) -> None:
@@ -98,14 +95,14 @@ def _write_alter_replica_log_dirs_request_v0(out: bytearray, o: AlterReplicaLogD
 
 def _read_alter_replica_log_dirs_request_v0(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     dirs: list[AlterReplicaLogDir]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirsRequest.dirs')
     dirs = []
     for _ in range(n):
         dirs_item, pos = _read_alter_replica_log_dir_v0(buf, pos)
         dirs.append(dirs_item)
-    return AlterReplicaLogDirsRequest(dirs=dirs), pos
+    return AlterReplicaLogDirsRequest(dirs), pos
 
 
 def _write_alter_replica_log_dir_topic_v2(out: bytearray, o: AlterReplicaLogDirTopic) -> None:
@@ -118,12 +115,12 @@ def _write_alter_replica_log_dir_topic_v2(out: bytearray, o: AlterReplicaLogDirT
 def _read_alter_replica_log_dir_topic_v2(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array AlterReplicaLogDirTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDirTopic(name=name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDirTopic(name, partitions), pos
 
 
 def _write_alter_replica_log_dir_v2(out: bytearray, o: AlterReplicaLogDir) -> None:
@@ -137,15 +134,18 @@ def _write_alter_replica_log_dir_v2(out: bytearray, o: AlterReplicaLogDir) -> No
 def _read_alter_replica_log_dir_v2(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDir, int]:
     path, pos = read_compact_string(buf, pos)
     topics: list[AlterReplicaLogDirTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDir.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_alter_replica_log_dir_topic_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDir(path=path, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDir(path, topics), pos
 
 
 def _write_alter_replica_log_dirs_request_v2(out: bytearray, o: AlterReplicaLogDirsRequest) -> None:
@@ -157,15 +157,18 @@ def _write_alter_replica_log_dirs_request_v2(out: bytearray, o: AlterReplicaLogD
 
 def _read_alter_replica_log_dirs_request_v2(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirsRequest, int]:
     dirs: list[AlterReplicaLogDir]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirsRequest.dirs')
     dirs = []
     for _ in range(n):
         dirs_item, pos = _read_alter_replica_log_dir_v2(buf, pos)
         dirs.append(dirs_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDirsRequest(dirs=dirs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDirsRequest(dirs), pos
 
 
 AlterReplicaLogDirsRequest._WRITERS = {0: _write_alter_replica_log_dirs_request_v0, 1: _write_alter_replica_log_dirs_request_v0, 2: _write_alter_replica_log_dirs_request_v2}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -64,7 +65,7 @@ def _write_alter_replica_log_dir_partition_result_v0(out: bytearray, o: AlterRep
 def _read_alter_replica_log_dir_partition_result_v0(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return AlterReplicaLogDirPartitionResult(partition_index=partition_index, error_code=error_code), pos
+    return AlterReplicaLogDirPartitionResult(partition_index, error_code), pos
 
 
 def _write_alter_replica_log_dir_topic_result_v0(out: bytearray, o: AlterReplicaLogDirTopicResult) -> None:
@@ -77,14 +78,14 @@ def _write_alter_replica_log_dir_topic_result_v0(out: bytearray, o: AlterReplica
 def _read_alter_replica_log_dir_topic_result_v0(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     topic_name, pos = read_string(buf, pos)
     partitions: list[AlterReplicaLogDirPartitionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_alter_replica_log_dir_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    return AlterReplicaLogDirTopicResult(topic_name=topic_name, partitions=partitions), pos
+    return AlterReplicaLogDirTopicResult(topic_name, partitions), pos
 
 
 def _write_alter_replica_log_dirs_response_v0(out: bytearray, o: AlterReplicaLogDirsResponse) -> None:
@@ -98,14 +99,14 @@ def _read_alter_replica_log_dirs_response_v0(buf: Buffer, pos: int) -> tuple[Alt
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[AlterReplicaLogDirTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_alter_replica_log_dir_topic_result_v0(buf, pos)
         results.append(results_item)
-    return AlterReplicaLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return AlterReplicaLogDirsResponse(throttle_time_ms, results), pos
 
 
 def _write_alter_replica_log_dir_partition_result_v2(out: bytearray, o: AlterReplicaLogDirPartitionResult) -> None:
@@ -116,8 +117,11 @@ def _write_alter_replica_log_dir_partition_result_v2(out: bytearray, o: AlterRep
 def _read_alter_replica_log_dir_partition_result_v2(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirPartitionResult, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDirPartitionResult(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDirPartitionResult(partition_index, error_code), pos
 
 
 def _write_alter_replica_log_dir_topic_result_v2(out: bytearray, o: AlterReplicaLogDirTopicResult) -> None:
@@ -131,15 +135,18 @@ def _write_alter_replica_log_dir_topic_result_v2(out: bytearray, o: AlterReplica
 def _read_alter_replica_log_dir_topic_result_v2(buf: Buffer, pos: int) -> tuple[AlterReplicaLogDirTopicResult, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[AlterReplicaLogDirPartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_alter_replica_log_dir_partition_result_v2(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDirTopicResult(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDirTopicResult(topic_name, partitions), pos
 
 
 def _write_alter_replica_log_dirs_response_v2(out: bytearray, o: AlterReplicaLogDirsResponse) -> None:
@@ -154,15 +161,18 @@ def _read_alter_replica_log_dirs_response_v2(buf: Buffer, pos: int) -> tuple[Alt
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[AlterReplicaLogDirTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterReplicaLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_alter_replica_log_dir_topic_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterReplicaLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterReplicaLogDirsResponse(throttle_time_ms, results), pos
 
 
 AlterReplicaLogDirsResponse._WRITERS = {0: _write_alter_replica_log_dirs_response_v0, 1: _write_alter_replica_log_dirs_response_v0, 2: _write_alter_replica_log_dirs_response_v2}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_string,
     skip_tagged_fields,
@@ -70,8 +70,11 @@ def _read_scram_credential_deletion_v0(buf: Buffer, pos: int) -> tuple[ScramCred
     name, pos = read_compact_string(buf, pos)
     mechanism, = _F_b.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return ScramCredentialDeletion(name=name, mechanism=mechanism), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ScramCredentialDeletion(name, mechanism), pos
 
 
 def _write_scram_credential_upsertion_v0(out: bytearray, o: ScramCredentialUpsertion) -> None:
@@ -88,8 +91,11 @@ def _read_scram_credential_upsertion_v0(buf: Buffer, pos: int) -> tuple[ScramCre
     pos += 5
     salt, pos = read_compact_bytes(buf, pos)
     salted_password, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ScramCredentialUpsertion(name=name, mechanism=mechanism, iterations=iterations, salt=salt, salted_password=salted_password), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ScramCredentialUpsertion(name, mechanism, iterations, salt, salted_password), pos
 
 
 def _write_alter_user_scram_credentials_request_v0(out: bytearray, o: AlterUserScramCredentialsRequest) -> None:
@@ -104,7 +110,7 @@ def _write_alter_user_scram_credentials_request_v0(out: bytearray, o: AlterUserS
 
 def _read_alter_user_scram_credentials_request_v0(buf: Buffer, pos: int) -> tuple[AlterUserScramCredentialsRequest, int]:
     deletions: list[ScramCredentialDeletion]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterUserScramCredentialsRequest.deletions')
     deletions = []
@@ -112,15 +118,18 @@ def _read_alter_user_scram_credentials_request_v0(buf: Buffer, pos: int) -> tupl
         deletions_item, pos = _read_scram_credential_deletion_v0(buf, pos)
         deletions.append(deletions_item)
     upsertions: list[ScramCredentialUpsertion]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterUserScramCredentialsRequest.upsertions')
     upsertions = []
     for _ in range(n):
         upsertions_item, pos = _read_scram_credential_upsertion_v0(buf, pos)
         upsertions.append(upsertions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterUserScramCredentialsRequest(deletions=deletions, upsertions=upsertions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsRequest(deletions, upsertions), pos
 
 
 AlterUserScramCredentialsRequest._WRITERS = {0: _write_alter_user_scram_credentials_request_v0}

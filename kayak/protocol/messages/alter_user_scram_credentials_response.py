@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -64,8 +64,11 @@ def _read_alter_user_scram_credentials_result_v0(buf: Buffer, pos: int) -> tuple
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterUserScramCredentialsResult(user=user, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsResult(user, error_code, error_message), pos
 
 
 def _write_alter_user_scram_credentials_response_v0(out: bytearray, o: AlterUserScramCredentialsResponse) -> None:
@@ -80,15 +83,18 @@ def _read_alter_user_scram_credentials_response_v0(buf: Buffer, pos: int) -> tup
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[AlterUserScramCredentialsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterUserScramCredentialsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_alter_user_scram_credentials_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterUserScramCredentialsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsResponse(throttle_time_ms, results), pos
 
 
 AlterUserScramCredentialsResponse._WRITERS = {0: _write_alter_user_scram_credentials_response_v0}

@@ -42,7 +42,7 @@ def _write_api_versions_request_v0(out: bytearray, o: ApiVersionsRequest) -> Non
 
 
 def _read_api_versions_request_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsRequest, int]:
-    return ApiVersionsRequest(), pos
+    return ApiVersionsRequest('', ''), pos
 
 
 def _write_api_versions_request_v3(out: bytearray, o: ApiVersionsRequest) -> None:
@@ -54,8 +54,11 @@ def _write_api_versions_request_v3(out: bytearray, o: ApiVersionsRequest) -> Non
 def _read_api_versions_request_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRequest, int]:
     client_software_name, pos = read_compact_string(buf, pos)
     client_software_version, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ApiVersionsRequest(client_software_name=client_software_name, client_software_version=client_software_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ApiVersionsRequest(client_software_name, client_software_version), pos
 
 
 ApiVersionsRequest._WRITERS = {0: _write_api_versions_request_v0, 1: _write_api_versions_request_v0, 2: _write_api_versions_request_v0, 3: _write_api_versions_request_v3, 4: _write_api_versions_request_v3}

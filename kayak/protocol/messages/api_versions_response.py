@@ -16,8 +16,9 @@ from kayak.protocol.primitives import (
     Buffer,
     BOOL,
     INT64,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_tag_header,
     read_unsigned_varint,
     skip_tagged_fields,
@@ -84,7 +85,7 @@ def _write_api_version_v0(out: bytearray, o: ApiVersion) -> None:
 def _read_api_version_v0(buf: Buffer, pos: int) -> tuple[ApiVersion, int]:
     api_key, min_version, max_version = _F_hhh.unpack_from(buf, pos)
     pos += 6
-    return ApiVersion(api_key=api_key, min_version=min_version, max_version=max_version), pos
+    return ApiVersion(api_key, min_version, max_version), pos
 
 
 def _write_api_versions_response_v0(out: bytearray, o: ApiVersionsResponse) -> None:
@@ -98,14 +99,14 @@ def _read_api_versions_response_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     api_keys: list[ApiVersion]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ApiVersionsResponse.api_keys')
     api_keys = []
     for _ in range(n):
         api_keys_item, pos = _read_api_version_v0(buf, pos)
         api_keys.append(api_keys_item)
-    return ApiVersionsResponse(error_code=error_code, api_keys=api_keys), pos
+    return ApiVersionsResponse(error_code, api_keys, 0, [], -1, [], False), pos
 
 
 def _write_api_versions_response_v1(out: bytearray, o: ApiVersionsResponse) -> None:
@@ -120,7 +121,7 @@ def _read_api_versions_response_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     api_keys: list[ApiVersion]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ApiVersionsResponse.api_keys')
     api_keys = []
@@ -129,7 +130,7 @@ def _read_api_versions_response_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
         api_keys.append(api_keys_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ApiVersionsResponse(error_code=error_code, api_keys=api_keys, throttle_time_ms=throttle_time_ms), pos
+    return ApiVersionsResponse(error_code, api_keys, throttle_time_ms, [], -1, [], False), pos
 
 
 def _write_api_version_v3(out: bytearray, o: ApiVersion) -> None:
@@ -140,8 +141,11 @@ def _write_api_version_v3(out: bytearray, o: ApiVersion) -> None:
 def _read_api_version_v3(buf: Buffer, pos: int) -> tuple[ApiVersion, int]:
     api_key, min_version, max_version = _F_hhh.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return ApiVersion(api_key=api_key, min_version=min_version, max_version=max_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ApiVersion(api_key, min_version, max_version), pos
 
 
 def _write_supported_feature_key_v3(out: bytearray, o: SupportedFeatureKey) -> None:
@@ -154,8 +158,11 @@ def _read_supported_feature_key_v3(buf: Buffer, pos: int) -> tuple[SupportedFeat
     name, pos = read_compact_string(buf, pos)
     min_version, max_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return SupportedFeatureKey(name=name, min_version=min_version, max_version=max_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SupportedFeatureKey(name, min_version, max_version), pos
 
 
 def _write_finalized_feature_key_v3(out: bytearray, o: FinalizedFeatureKey) -> None:
@@ -168,8 +175,11 @@ def _read_finalized_feature_key_v3(buf: Buffer, pos: int) -> tuple[FinalizedFeat
     name, pos = read_compact_string(buf, pos)
     max_version_level, min_version_level = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return FinalizedFeatureKey(name=name, max_version_level=max_version_level, min_version_level=min_version_level), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FinalizedFeatureKey(name, max_version_level, min_version_level), pos
 
 
 def _write_api_versions_response_v3(out: bytearray, o: ApiVersionsResponse) -> None:
@@ -208,7 +218,7 @@ def _read_api_versions_response_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     api_keys: list[ApiVersion]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ApiVersionsResponse.api_keys')
     api_keys = []
@@ -225,7 +235,7 @@ def _read_api_versions_response_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array ApiVersionsResponse.supported_features')
             supported_features = []
@@ -236,7 +246,7 @@ def _read_api_versions_response_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
             finalized_features_epoch, = INT64.unpack_from(buf, start)
             start += 8
         elif tag == 2:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array ApiVersionsResponse.finalized_features')
             finalized_features = []
@@ -247,7 +257,7 @@ def _read_api_versions_response_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
             zk_migration_ready, = BOOL.unpack_from(buf, start)
             start += 1
         pos = end
-    return ApiVersionsResponse(error_code=error_code, api_keys=api_keys, throttle_time_ms=throttle_time_ms, supported_features=supported_features, finalized_features_epoch=finalized_features_epoch, finalized_features=finalized_features, zk_migration_ready=zk_migration_ready), pos
+    return ApiVersionsResponse(error_code, api_keys, throttle_time_ms, supported_features, finalized_features_epoch, finalized_features, zk_migration_ready), pos
 
 
 ApiVersionsResponse._WRITERS = {0: _write_api_versions_response_v0, 1: _write_api_versions_response_v1, 2: _write_api_versions_response_v1, 3: _write_api_versions_response_v3, 4: _write_api_versions_response_v3}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_uuid,
     skip_tagged_fields,
     write_array_length,
@@ -69,8 +69,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -84,15 +87,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_id, partitions), pos
 
 
 def _write_directory_data_v0(out: bytearray, o: DirectoryData) -> None:
@@ -106,15 +112,18 @@ def _write_directory_data_v0(out: bytearray, o: DirectoryData) -> None:
 def _read_directory_data_v0(buf: Buffer, pos: int) -> tuple[DirectoryData, int]:
     id, pos = read_uuid(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DirectoryData.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DirectoryData(id=id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DirectoryData(id, topics), pos
 
 
 def _write_assign_replicas_to_dirs_response_v0(out: bytearray, o: AssignReplicasToDirsResponse) -> None:
@@ -129,15 +138,18 @@ def _read_assign_replicas_to_dirs_response_v0(buf: Buffer, pos: int) -> tuple[As
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     directories: list[DirectoryData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AssignReplicasToDirsResponse.directories')
     directories = []
     for _ in range(n):
         directories_item, pos = _read_directory_data_v0(buf, pos)
         directories.append(directories_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AssignReplicasToDirsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, directories=directories), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AssignReplicasToDirsResponse(throttle_time_ms, error_code, directories), pos
 
 
 AssignReplicasToDirsResponse._WRITERS = {0: _write_assign_replicas_to_dirs_response_v0}

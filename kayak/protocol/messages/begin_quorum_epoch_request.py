@@ -15,9 +15,10 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_uuid,
@@ -83,7 +84,7 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_id, leader_epoch = _F_iii.unpack_from(buf, pos)
     pos += 12
-    return PartitionData(partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch), pos
+    return PartitionData(partition_index, ZERO_UUID, leader_id, leader_epoch), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -96,14 +97,14 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_begin_quorum_epoch_request_v0(out: bytearray, o: BeginQuorumEpochRequest) -> None:
@@ -116,14 +117,14 @@ def _write_begin_quorum_epoch_request_v0(out: bytearray, o: BeginQuorumEpochRequ
 def _read_begin_quorum_epoch_request_v0(buf: Buffer, pos: int) -> tuple[BeginQuorumEpochRequest, int]:
     cluster_id, pos = read_nullable_string(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BeginQuorumEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    return BeginQuorumEpochRequest(cluster_id=cluster_id, topics=topics), pos
+    return BeginQuorumEpochRequest(cluster_id, -1, topics, []), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -139,8 +140,11 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     voter_directory_id, pos = read_uuid(buf, pos)
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, voter_directory_id=voter_directory_id, leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, voter_directory_id, leader_id, leader_epoch), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -154,15 +158,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_leader_endpoint_v1(out: bytearray, o: LeaderEndpoint) -> None:
@@ -177,8 +184,11 @@ def _read_leader_endpoint_v1(buf: Buffer, pos: int) -> tuple[LeaderEndpoint, int
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderEndpoint(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderEndpoint(name, host, port), pos
 
 
 def _write_begin_quorum_epoch_request_v1(out: bytearray, o: BeginQuorumEpochRequest) -> None:
@@ -198,7 +208,7 @@ def _read_begin_quorum_epoch_request_v1(buf: Buffer, pos: int) -> tuple[BeginQuo
     voter_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BeginQuorumEpochRequest.topics')
     topics = []
@@ -206,15 +216,18 @@ def _read_begin_quorum_epoch_request_v1(buf: Buffer, pos: int) -> tuple[BeginQuo
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
     leader_endpoints: list[LeaderEndpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BeginQuorumEpochRequest.leader_endpoints')
     leader_endpoints = []
     for _ in range(n):
         leader_endpoints_item, pos = _read_leader_endpoint_v1(buf, pos)
         leader_endpoints.append(leader_endpoints_item)
-    pos = skip_tagged_fields(buf, pos)
-    return BeginQuorumEpochRequest(cluster_id=cluster_id, voter_id=voter_id, topics=topics, leader_endpoints=leader_endpoints), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BeginQuorumEpochRequest(cluster_id, voter_id, topics, leader_endpoints), pos
 
 
 BeginQuorumEpochRequest._WRITERS = {0: _write_begin_quorum_epoch_request_v0, 1: _write_begin_quorum_epoch_request_v1}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_primitive_array,
     read_tag_header,
     read_unsigned_varint,
@@ -58,8 +58,11 @@ def _write_broker_heartbeat_request_v0(out: bytearray, o: BrokerHeartbeatRequest
 def _read_broker_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
     broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down = _F_iqqoo.unpack_from(buf, pos)
     pos += 22
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker_epoch, current_metadata_offset=current_metadata_offset, want_fence=want_fence, want_shut_down=want_shut_down), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerHeartbeatRequest(broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, []), pos
 
 
 def _write_broker_heartbeat_request_v1(out: bytearray, o: BrokerHeartbeatRequest) -> None:
@@ -83,12 +86,12 @@ def _read_broker_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[BrokerHear
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array BrokerHeartbeatRequest.offline_log_dirs')
             offline_log_dirs, start = read_primitive_array(buf, start, n, read_uuid)
         pos = end
-    return BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=broker_epoch, current_metadata_offset=current_metadata_offset, want_fence=want_fence, want_shut_down=want_shut_down, offline_log_dirs=offline_log_dirs), pos
+    return BrokerHeartbeatRequest(broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, offline_log_dirs), pos
 
 
 BrokerHeartbeatRequest._WRITERS = {0: _write_broker_heartbeat_request_v0, 1: _write_broker_heartbeat_request_v1}

@@ -49,8 +49,11 @@ def _write_broker_heartbeat_response_v0(out: bytearray, o: BrokerHeartbeatRespon
 def _read_broker_heartbeat_response_v0(buf: Buffer, pos: int) -> tuple[BrokerHeartbeatResponse, int]:
     throttle_time_ms, error_code, is_caught_up, is_fenced, should_shut_down = _F_ihooo.unpack_from(buf, pos)
     pos += 9
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerHeartbeatResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, is_caught_up=is_caught_up, is_fenced=is_fenced, should_shut_down=should_shut_down), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerHeartbeatResponse(throttle_time_ms, error_code, is_caught_up, is_fenced, should_shut_down), pos
 
 
 BrokerHeartbeatResponse._WRITERS = {0: _write_broker_heartbeat_response_v0, 1: _write_broker_heartbeat_response_v0}

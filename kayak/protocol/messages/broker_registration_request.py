@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_primitive_array,
@@ -85,8 +85,11 @@ def _read_listener_v0(buf: Buffer, pos: int) -> tuple[Listener, int]:
     host, pos = read_compact_string(buf, pos)
     port, security_protocol = _F_Hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Listener(name=name, host=host, port=port, security_protocol=security_protocol), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Listener(name, host, port, security_protocol), pos
 
 
 def _write_feature_v0(out: bytearray, o: Feature) -> None:
@@ -99,8 +102,11 @@ def _read_feature_v0(buf: Buffer, pos: int) -> tuple[Feature, int]:
     name, pos = read_compact_string(buf, pos)
     min_supported_version, max_supported_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Feature(name=name, min_supported_version=min_supported_version, max_supported_version=max_supported_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Feature(name, min_supported_version, max_supported_version), pos
 
 
 def _write_broker_registration_request_v0(out: bytearray, o: BrokerRegistrationRequest) -> None:
@@ -123,7 +129,7 @@ def _read_broker_registration_request_v0(buf: Buffer, pos: int) -> tuple[BrokerR
     cluster_id, pos = read_compact_string(buf, pos)
     incarnation_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.listeners')
     listeners = []
@@ -131,7 +137,7 @@ def _read_broker_registration_request_v0(buf: Buffer, pos: int) -> tuple[BrokerR
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
     features: list[Feature]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.features')
     features = []
@@ -139,8 +145,11 @@ def _read_broker_registration_request_v0(buf: Buffer, pos: int) -> tuple[BrokerR
         features_item, pos = _read_feature_v0(buf, pos)
         features.append(features_item)
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerRegistrationRequest(broker_id, cluster_id, incarnation_id, listeners, features, rack, False, [], -1), pos
 
 
 def _write_broker_registration_request_v1(out: bytearray, o: BrokerRegistrationRequest) -> None:
@@ -164,7 +173,7 @@ def _read_broker_registration_request_v1(buf: Buffer, pos: int) -> tuple[BrokerR
     cluster_id, pos = read_compact_string(buf, pos)
     incarnation_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.listeners')
     listeners = []
@@ -172,7 +181,7 @@ def _read_broker_registration_request_v1(buf: Buffer, pos: int) -> tuple[BrokerR
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
     features: list[Feature]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.features')
     features = []
@@ -182,8 +191,11 @@ def _read_broker_registration_request_v1(buf: Buffer, pos: int) -> tuple[BrokerR
     rack, pos = read_compact_nullable_string(buf, pos)
     is_migrating_zk_broker, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack, is_migrating_zk_broker=is_migrating_zk_broker), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerRegistrationRequest(broker_id, cluster_id, incarnation_id, listeners, features, rack, is_migrating_zk_broker, [], -1), pos
 
 
 def _write_broker_registration_request_v2(out: bytearray, o: BrokerRegistrationRequest) -> None:
@@ -209,7 +221,7 @@ def _read_broker_registration_request_v2(buf: Buffer, pos: int) -> tuple[BrokerR
     cluster_id, pos = read_compact_string(buf, pos)
     incarnation_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.listeners')
     listeners = []
@@ -217,7 +229,7 @@ def _read_broker_registration_request_v2(buf: Buffer, pos: int) -> tuple[BrokerR
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
     features: list[Feature]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.features')
     features = []
@@ -228,12 +240,15 @@ def _read_broker_registration_request_v2(buf: Buffer, pos: int) -> tuple[BrokerR
     is_migrating_zk_broker, = _F_o.unpack_from(buf, pos)
     pos += 1
     log_dirs: list[uuid.UUID]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.log_dirs')
     log_dirs, pos = read_primitive_array(buf, pos, n, read_uuid)
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack, is_migrating_zk_broker=is_migrating_zk_broker, log_dirs=log_dirs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerRegistrationRequest(broker_id, cluster_id, incarnation_id, listeners, features, rack, is_migrating_zk_broker, log_dirs, -1), pos
 
 
 def _write_broker_registration_request_v3(out: bytearray, o: BrokerRegistrationRequest) -> None:
@@ -260,7 +275,7 @@ def _read_broker_registration_request_v3(buf: Buffer, pos: int) -> tuple[BrokerR
     cluster_id, pos = read_compact_string(buf, pos)
     incarnation_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.listeners')
     listeners = []
@@ -268,7 +283,7 @@ def _read_broker_registration_request_v3(buf: Buffer, pos: int) -> tuple[BrokerR
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
     features: list[Feature]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.features')
     features = []
@@ -279,14 +294,17 @@ def _read_broker_registration_request_v3(buf: Buffer, pos: int) -> tuple[BrokerR
     is_migrating_zk_broker, = _F_o.unpack_from(buf, pos)
     pos += 1
     log_dirs: list[uuid.UUID]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array BrokerRegistrationRequest.log_dirs')
     log_dirs, pos = read_primitive_array(buf, pos, n, read_uuid)
     previous_broker_epoch, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=incarnation_id, listeners=listeners, features=features, rack=rack, is_migrating_zk_broker=is_migrating_zk_broker, log_dirs=log_dirs, previous_broker_epoch=previous_broker_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerRegistrationRequest(broker_id, cluster_id, incarnation_id, listeners, features, rack, is_migrating_zk_broker, log_dirs, previous_broker_epoch), pos
 
 
 BrokerRegistrationRequest._WRITERS = {0: _write_broker_registration_request_v0, 1: _write_broker_registration_request_v1, 2: _write_broker_registration_request_v2, 3: _write_broker_registration_request_v3, 4: _write_broker_registration_request_v3}

@@ -47,8 +47,11 @@ def _write_broker_registration_response_v0(out: bytearray, o: BrokerRegistration
 def _read_broker_registration_response_v0(buf: Buffer, pos: int) -> tuple[BrokerRegistrationResponse, int]:
     throttle_time_ms, error_code, broker_epoch = _F_ihq.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tagged_fields(buf, pos)
-    return BrokerRegistrationResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, broker_epoch=broker_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BrokerRegistrationResponse(throttle_time_ms, error_code, broker_epoch), pos
 
 
 BrokerRegistrationResponse._WRITERS = {0: _write_broker_registration_response_v0, 1: _write_broker_registration_response_v0, 2: _write_broker_registration_response_v0, 3: _write_broker_registration_response_v0, 4: _write_broker_registration_response_v0}

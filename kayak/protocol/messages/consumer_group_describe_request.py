@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     skip_tagged_fields,
@@ -53,14 +53,17 @@ def _write_consumer_group_describe_request_v0(out: bytearray, o: ConsumerGroupDe
 
 def _read_consumer_group_describe_request_v0(buf: Buffer, pos: int) -> tuple[ConsumerGroupDescribeRequest, int]:
     group_ids: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupDescribeRequest.group_ids')
     group_ids, pos = read_primitive_array(buf, pos, n, read_compact_string)
     include_authorized_operations, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupDescribeRequest(group_ids=group_ids, include_authorized_operations=include_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupDescribeRequest(group_ids, include_authorized_operations), pos
 
 
 ConsumerGroupDescribeRequest._WRITERS = {0: _write_consumer_group_describe_request_v0}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
@@ -102,12 +101,12 @@ def _read_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, i
     topic_id, pos = read_uuid(buf, pos)
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitions(topic_id=topic_id, topic_name=topic_name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitions(topic_id, topic_name, partitions), pos
 
 
 def _write_assignment_v0(out: bytearray, o: Assignment) -> None:
@@ -119,15 +118,18 @@ def _write_assignment_v0(out: bytearray, o: Assignment) -> None:
 
 def _read_assignment_v0(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     topic_partitions: list[TopicPartitions]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array Assignment.topic_partitions')
     topic_partitions = []
     for _ in range(n):
         topic_partitions_item, pos = _read_topic_partitions_v0(buf, pos)
         topic_partitions.append(topic_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return Assignment(topic_partitions=topic_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Assignment(topic_partitions), pos
 
 
 def _write_member_v0(out: bytearray, o: Member) -> None:
@@ -155,7 +157,7 @@ def _read_member_v0(buf: Buffer, pos: int) -> tuple[Member, int]:
     client_id, pos = read_compact_string(buf, pos)
     client_host, pos = read_compact_string(buf, pos)
     subscribed_topic_names: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array Member.subscribed_topic_names')
     subscribed_topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
@@ -164,8 +166,11 @@ def _read_member_v0(buf: Buffer, pos: int) -> tuple[Member, int]:
     assignment, pos = _read_assignment_v0(buf, pos)
     target_assignment: Assignment
     target_assignment, pos = _read_assignment_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return Member(member_id=member_id, instance_id=instance_id, rack_id=rack_id, member_epoch=member_epoch, client_id=client_id, client_host=client_host, subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex, assignment=assignment, target_assignment=target_assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Member(member_id, instance_id, rack_id, member_epoch, client_id, client_host, subscribed_topic_names, subscribed_topic_regex, assignment, target_assignment), pos
 
 
 def _write_described_group_v0(out: bytearray, o: DescribedGroup) -> None:
@@ -192,7 +197,7 @@ def _read_described_group_v0(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
     pos += 8
     assignor_name, pos = read_compact_string(buf, pos)
     members: list[Member]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedGroup.members')
     members = []
@@ -201,8 +206,11 @@ def _read_described_group_v0(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
         members.append(members_item)
     authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedGroup(error_code=error_code, error_message=error_message, group_id=group_id, group_state=group_state, group_epoch=group_epoch, assignment_epoch=assignment_epoch, assignor_name=assignor_name, members=members, authorized_operations=authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedGroup(error_code, error_message, group_id, group_state, group_epoch, assignment_epoch, assignor_name, members, authorized_operations), pos
 
 
 def _write_consumer_group_describe_response_v0(out: bytearray, o: ConsumerGroupDescribeResponse) -> None:
@@ -217,15 +225,18 @@ def _read_consumer_group_describe_response_v0(buf: Buffer, pos: int) -> tuple[Co
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupDescribeResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v0(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupDescribeResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupDescribeResponse(throttle_time_ms, groups), pos
 
 
 ConsumerGroupDescribeResponse._WRITERS = {0: _write_consumer_group_describe_response_v0}

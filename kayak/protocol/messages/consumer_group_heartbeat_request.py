@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
@@ -73,12 +72,12 @@ def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:
 def _read_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitions(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitions(topic_id, partitions), pos
 
 
 def _write_consumer_group_heartbeat_request_v0(out: bytearray, o: ConsumerGroupHeartbeatRequest) -> None:
@@ -114,14 +113,14 @@ def _read_consumer_group_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[Co
     rebalance_timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     subscribed_topic_names: list[str] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         subscribed_topic_names = None
     else:
         subscribed_topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
     server_assignor, pos = read_compact_nullable_string(buf, pos)
     topic_partitions: list[TopicPartitions] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topic_partitions = None
     else:
@@ -129,8 +128,11 @@ def _read_consumer_group_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[Co
         for _ in range(n):
             topic_partitions_item, pos = _read_topic_partitions_v0(buf, pos)
             topic_partitions.append(topic_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names, server_assignor=server_assignor, topic_partitions=topic_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupHeartbeatRequest(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms, subscribed_topic_names, None, server_assignor, topic_partitions), pos
 
 
 def _write_consumer_group_heartbeat_request_v1(out: bytearray, o: ConsumerGroupHeartbeatRequest) -> None:
@@ -167,7 +169,7 @@ def _read_consumer_group_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[Co
     rebalance_timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     subscribed_topic_names: list[str] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         subscribed_topic_names = None
     else:
@@ -175,7 +177,7 @@ def _read_consumer_group_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[Co
     subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos)
     server_assignor, pos = read_compact_nullable_string(buf, pos)
     topic_partitions: list[TopicPartitions] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topic_partitions = None
     else:
@@ -183,8 +185,11 @@ def _read_consumer_group_heartbeat_request_v1(buf: Buffer, pos: int) -> tuple[Co
         for _ in range(n):
             topic_partitions_item, pos = _read_topic_partitions_v0(buf, pos)
             topic_partitions.append(topic_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex, server_assignor=server_assignor, topic_partitions=topic_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupHeartbeatRequest(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms, subscribed_topic_names, subscribed_topic_regex, server_assignor, topic_partitions), pos
 
 
 ConsumerGroupHeartbeatRequest._WRITERS = {0: _write_consumer_group_heartbeat_request_v0, 1: _write_consumer_group_heartbeat_request_v1}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_fixed_array,
     read_int8,
@@ -74,12 +73,12 @@ def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:
 def _read_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitions(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitions(topic_id, partitions), pos
 
 
 def _write_assignment_v0(out: bytearray, o: Assignment) -> None:
@@ -91,15 +90,18 @@ def _write_assignment_v0(out: bytearray, o: Assignment) -> None:
 
 def _read_assignment_v0(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     topic_partitions: list[TopicPartitions]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array Assignment.topic_partitions')
     topic_partitions = []
     for _ in range(n):
         topic_partitions_item, pos = _read_topic_partitions_v0(buf, pos)
         topic_partitions.append(topic_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return Assignment(topic_partitions=topic_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Assignment(topic_partitions), pos
 
 
 def _write_consumer_group_heartbeat_response_v0(out: bytearray, o: ConsumerGroupHeartbeatResponse) -> None:
@@ -128,8 +130,11 @@ def _read_consumer_group_heartbeat_response_v0(buf: Buffer, pos: int) -> tuple[C
         assignment = None
     else:
         assignment, pos = _read_assignment_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupHeartbeatResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, member_id=member_id, member_epoch=member_epoch, heartbeat_interval_ms=heartbeat_interval_ms, assignment=assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupHeartbeatResponse(throttle_time_ms, error_code, error_message, member_id, member_epoch, heartbeat_interval_ms, assignment), pos
 
 
 ConsumerGroupHeartbeatResponse._WRITERS = {0: _write_consumer_group_heartbeat_response_v0, 1: _write_consumer_group_heartbeat_response_v0}

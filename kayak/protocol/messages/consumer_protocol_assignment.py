@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_bytes,
     read_string,
     write_array_length,
@@ -57,11 +56,8 @@ def _write_topic_partition_v0(out: bytearray, o: TopicPartition) -> None:
 def _read_topic_partition_v0(buf: Buffer, pos: int) -> tuple[TopicPartition, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartition.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return TopicPartition(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return TopicPartition(topic, partitions), pos
 
 
 def _write_consumer_protocol_assignment_v0(out: bytearray, o: ConsumerProtocolAssignment) -> None:
@@ -73,7 +69,7 @@ def _write_consumer_protocol_assignment_v0(out: bytearray, o: ConsumerProtocolAs
 
 def _read_consumer_protocol_assignment_v0(buf: Buffer, pos: int) -> tuple[ConsumerProtocolAssignment, int]:
     assigned_partitions: list[TopicPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolAssignment.assigned_partitions')
     assigned_partitions = []
@@ -81,7 +77,7 @@ def _read_consumer_protocol_assignment_v0(buf: Buffer, pos: int) -> tuple[Consum
         assigned_partitions_item, pos = _read_topic_partition_v0(buf, pos)
         assigned_partitions.append(assigned_partitions_item)
     user_data, pos = read_nullable_bytes(buf, pos)
-    return ConsumerProtocolAssignment(assigned_partitions=assigned_partitions, user_data=user_data), pos
+    return ConsumerProtocolAssignment(assigned_partitions, user_data), pos
 
 
 ConsumerProtocolAssignment._WRITERS = {0: _write_consumer_protocol_assignment_v0, 1: _write_consumer_protocol_assignment_v0, 2: _write_consumer_protocol_assignment_v0, 3: _write_consumer_protocol_assignment_v0}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_bytes,
     read_nullable_string,
     read_primitive_array,
@@ -66,12 +65,12 @@ def _write_consumer_protocol_subscription_v0(out: bytearray, o: ConsumerProtocol
 
 def _read_consumer_protocol_subscription_v0(buf: Buffer, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     topics: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.topics')
     topics, pos = read_primitive_array(buf, pos, n, read_string)
     user_data, pos = read_nullable_bytes(buf, pos)
-    return ConsumerProtocolSubscription(topics=topics, user_data=user_data), pos
+    return ConsumerProtocolSubscription(topics, user_data, [], -1, None), pos
 
 
 def _write_topic_partition_v1(out: bytearray, o: TopicPartition) -> None:
@@ -83,11 +82,8 @@ def _write_topic_partition_v1(out: bytearray, o: TopicPartition) -> None:
 def _read_topic_partition_v1(buf: Buffer, pos: int) -> tuple[TopicPartition, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartition.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return TopicPartition(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return TopicPartition(topic, partitions), pos
 
 
 def _write_consumer_protocol_subscription_v1(out: bytearray, o: ConsumerProtocolSubscription) -> None:
@@ -102,20 +98,20 @@ def _write_consumer_protocol_subscription_v1(out: bytearray, o: ConsumerProtocol
 
 def _read_consumer_protocol_subscription_v1(buf: Buffer, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     topics: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.topics')
     topics, pos = read_primitive_array(buf, pos, n, read_string)
     user_data, pos = read_nullable_bytes(buf, pos)
     owned_partitions: list[TopicPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.owned_partitions')
     owned_partitions = []
     for _ in range(n):
         owned_partitions_item, pos = _read_topic_partition_v1(buf, pos)
         owned_partitions.append(owned_partitions_item)
-    return ConsumerProtocolSubscription(topics=topics, user_data=user_data, owned_partitions=owned_partitions), pos
+    return ConsumerProtocolSubscription(topics, user_data, owned_partitions, -1, None), pos
 
 
 def _write_consumer_protocol_subscription_v2(out: bytearray, o: ConsumerProtocolSubscription) -> None:
@@ -131,13 +127,13 @@ def _write_consumer_protocol_subscription_v2(out: bytearray, o: ConsumerProtocol
 
 def _read_consumer_protocol_subscription_v2(buf: Buffer, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     topics: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.topics')
     topics, pos = read_primitive_array(buf, pos, n, read_string)
     user_data, pos = read_nullable_bytes(buf, pos)
     owned_partitions: list[TopicPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.owned_partitions')
     owned_partitions = []
@@ -146,7 +142,7 @@ def _read_consumer_protocol_subscription_v2(buf: Buffer, pos: int) -> tuple[Cons
         owned_partitions.append(owned_partitions_item)
     generation_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ConsumerProtocolSubscription(topics=topics, user_data=user_data, owned_partitions=owned_partitions, generation_id=generation_id), pos
+    return ConsumerProtocolSubscription(topics, user_data, owned_partitions, generation_id, None), pos
 
 
 def _write_consumer_protocol_subscription_v3(out: bytearray, o: ConsumerProtocolSubscription) -> None:
@@ -163,13 +159,13 @@ def _write_consumer_protocol_subscription_v3(out: bytearray, o: ConsumerProtocol
 
 def _read_consumer_protocol_subscription_v3(buf: Buffer, pos: int) -> tuple[ConsumerProtocolSubscription, int]:
     topics: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.topics')
     topics, pos = read_primitive_array(buf, pos, n, read_string)
     user_data, pos = read_nullable_bytes(buf, pos)
     owned_partitions: list[TopicPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerProtocolSubscription.owned_partitions')
     owned_partitions = []
@@ -179,7 +175,7 @@ def _read_consumer_protocol_subscription_v3(buf: Buffer, pos: int) -> tuple[Cons
     generation_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack_id, pos = read_nullable_string(buf, pos)
-    return ConsumerProtocolSubscription(topics=topics, user_data=user_data, owned_partitions=owned_partitions, generation_id=generation_id, rack_id=rack_id), pos
+    return ConsumerProtocolSubscription(topics, user_data, owned_partitions, generation_id, rack_id), pos
 
 
 ConsumerProtocolSubscription._WRITERS = {0: _write_consumer_protocol_subscription_v0, 1: _write_consumer_protocol_subscription_v1, 2: _write_consumer_protocol_subscription_v2, 3: _write_consumer_protocol_subscription_v3}

@@ -46,7 +46,7 @@ def _write_controlled_shutdown_request_v0(out: bytearray, o: ControlledShutdownR
 def _read_controlled_shutdown_request_v0(buf: Buffer, pos: int) -> tuple[ControlledShutdownRequest, int]:
     broker_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ControlledShutdownRequest(broker_id=broker_id), pos
+    return ControlledShutdownRequest(broker_id, -1), pos
 
 
 def _write_controlled_shutdown_request_v2(out: bytearray, o: ControlledShutdownRequest) -> None:
@@ -56,7 +56,7 @@ def _write_controlled_shutdown_request_v2(out: bytearray, o: ControlledShutdownR
 def _read_controlled_shutdown_request_v2(buf: Buffer, pos: int) -> tuple[ControlledShutdownRequest, int]:
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
-    return ControlledShutdownRequest(broker_id=broker_id, broker_epoch=broker_epoch), pos
+    return ControlledShutdownRequest(broker_id, broker_epoch), pos
 
 
 def _write_controlled_shutdown_request_v3(out: bytearray, o: ControlledShutdownRequest) -> None:
@@ -67,8 +67,11 @@ def _write_controlled_shutdown_request_v3(out: bytearray, o: ControlledShutdownR
 def _read_controlled_shutdown_request_v3(buf: Buffer, pos: int) -> tuple[ControlledShutdownRequest, int]:
     broker_id, broker_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return ControlledShutdownRequest(broker_id=broker_id, broker_epoch=broker_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ControlledShutdownRequest(broker_id, broker_epoch), pos
 
 
 ControlledShutdownRequest._WRITERS = {0: _write_controlled_shutdown_request_v0, 1: _write_controlled_shutdown_request_v0, 2: _write_controlled_shutdown_request_v2, 3: _write_controlled_shutdown_request_v3}

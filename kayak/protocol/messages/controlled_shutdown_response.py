@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -60,7 +61,7 @@ def _read_remaining_partition_v0(buf: Buffer, pos: int) -> tuple[RemainingPartit
     topic_name, pos = read_string(buf, pos)
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return RemainingPartition(topic_name=topic_name, partition_index=partition_index), pos
+    return RemainingPartition(topic_name, partition_index), pos
 
 
 def _write_controlled_shutdown_response_v0(out: bytearray, o: ControlledShutdownResponse) -> None:
@@ -74,14 +75,14 @@ def _read_controlled_shutdown_response_v0(buf: Buffer, pos: int) -> tuple[Contro
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     remaining_partitions: list[RemainingPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ControlledShutdownResponse.remaining_partitions')
     remaining_partitions = []
     for _ in range(n):
         remaining_partitions_item, pos = _read_remaining_partition_v0(buf, pos)
         remaining_partitions.append(remaining_partitions_item)
-    return ControlledShutdownResponse(error_code=error_code, remaining_partitions=remaining_partitions), pos
+    return ControlledShutdownResponse(error_code, remaining_partitions), pos
 
 
 def _write_remaining_partition_v3(out: bytearray, o: RemainingPartition) -> None:
@@ -94,8 +95,11 @@ def _read_remaining_partition_v3(buf: Buffer, pos: int) -> tuple[RemainingPartit
     topic_name, pos = read_compact_string(buf, pos)
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return RemainingPartition(topic_name=topic_name, partition_index=partition_index), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return RemainingPartition(topic_name, partition_index), pos
 
 
 def _write_controlled_shutdown_response_v3(out: bytearray, o: ControlledShutdownResponse) -> None:
@@ -110,15 +114,18 @@ def _read_controlled_shutdown_response_v3(buf: Buffer, pos: int) -> tuple[Contro
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     remaining_partitions: list[RemainingPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ControlledShutdownResponse.remaining_partitions')
     remaining_partitions = []
     for _ in range(n):
         remaining_partitions_item, pos = _read_remaining_partition_v3(buf, pos)
         remaining_partitions.append(remaining_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ControlledShutdownResponse(error_code=error_code, remaining_partitions=remaining_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ControlledShutdownResponse(error_code, remaining_partitions), pos
 
 
 ControlledShutdownResponse._WRITERS = {0: _write_controlled_shutdown_response_v0, 1: _write_controlled_shutdown_response_v0, 2: _write_controlled_shutdown_response_v0, 3: _write_controlled_shutdown_response_v3}

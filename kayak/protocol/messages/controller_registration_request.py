@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -77,8 +77,11 @@ def _read_listener_v0(buf: Buffer, pos: int) -> tuple[Listener, int]:
     host, pos = read_compact_string(buf, pos)
     port, security_protocol = _F_Hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Listener(name=name, host=host, port=port, security_protocol=security_protocol), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Listener(name, host, port, security_protocol), pos
 
 
 def _write_feature_v0(out: bytearray, o: Feature) -> None:
@@ -91,8 +94,11 @@ def _read_feature_v0(buf: Buffer, pos: int) -> tuple[Feature, int]:
     name, pos = read_compact_string(buf, pos)
     min_supported_version, max_supported_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Feature(name=name, min_supported_version=min_supported_version, max_supported_version=max_supported_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Feature(name, min_supported_version, max_supported_version), pos
 
 
 def _write_controller_registration_request_v0(out: bytearray, o: ControllerRegistrationRequest) -> None:
@@ -115,7 +121,7 @@ def _read_controller_registration_request_v0(buf: Buffer, pos: int) -> tuple[Con
     zk_migration_ready, = _F_o.unpack_from(buf, pos)
     pos += 1
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ControllerRegistrationRequest.listeners')
     listeners = []
@@ -123,15 +129,18 @@ def _read_controller_registration_request_v0(buf: Buffer, pos: int) -> tuple[Con
         listeners_item, pos = _read_listener_v0(buf, pos)
         listeners.append(listeners_item)
     features: list[Feature]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ControllerRegistrationRequest.features')
     features = []
     for _ in range(n):
         features_item, pos = _read_feature_v0(buf, pos)
         features.append(features_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ControllerRegistrationRequest(controller_id=controller_id, incarnation_id=incarnation_id, zk_migration_ready=zk_migration_ready, listeners=listeners, features=features), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ControllerRegistrationRequest(controller_id, incarnation_id, zk_migration_ready, listeners, features), pos
 
 
 ControllerRegistrationRequest._WRITERS = {0: _write_controller_registration_request_v0}

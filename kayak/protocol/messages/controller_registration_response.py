@@ -51,8 +51,11 @@ def _read_controller_registration_response_v0(buf: Buffer, pos: int) -> tuple[Co
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ControllerRegistrationResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ControllerRegistrationResponse(throttle_time_ms, error_code, error_message), pos
 
 
 ControllerRegistrationResponse._WRITERS = {0: _write_controller_registration_response_v0}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -71,7 +72,7 @@ def _read_acl_creation_v0(buf: Buffer, pos: int) -> tuple[AclCreation, int]:
     host, pos = read_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return AclCreation(resource_type=resource_type, resource_name=resource_name, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    return AclCreation(resource_type, resource_name, 3, principal, host, operation, permission_type), pos
 
 
 def _write_create_acls_request_v0(out: bytearray, o: CreateAclsRequest) -> None:
@@ -82,14 +83,14 @@ def _write_create_acls_request_v0(out: bytearray, o: CreateAclsRequest) -> None:
 
 def _read_create_acls_request_v0(buf: Buffer, pos: int) -> tuple[CreateAclsRequest, int]:
     creations: list[AclCreation]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateAclsRequest.creations')
     creations = []
     for _ in range(n):
         creations_item, pos = _read_acl_creation_v0(buf, pos)
         creations.append(creations_item)
-    return CreateAclsRequest(creations=creations), pos
+    return CreateAclsRequest(creations), pos
 
 
 def _write_acl_creation_v1(out: bytearray, o: AclCreation) -> None:
@@ -111,7 +112,7 @@ def _read_acl_creation_v1(buf: Buffer, pos: int) -> tuple[AclCreation, int]:
     host, pos = read_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return AclCreation(resource_type=resource_type, resource_name=resource_name, resource_pattern_type=resource_pattern_type, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    return AclCreation(resource_type, resource_name, resource_pattern_type, principal, host, operation, permission_type), pos
 
 
 def _write_create_acls_request_v1(out: bytearray, o: CreateAclsRequest) -> None:
@@ -122,14 +123,14 @@ def _write_create_acls_request_v1(out: bytearray, o: CreateAclsRequest) -> None:
 
 def _read_create_acls_request_v1(buf: Buffer, pos: int) -> tuple[CreateAclsRequest, int]:
     creations: list[AclCreation]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateAclsRequest.creations')
     creations = []
     for _ in range(n):
         creations_item, pos = _read_acl_creation_v1(buf, pos)
         creations.append(creations_item)
-    return CreateAclsRequest(creations=creations), pos
+    return CreateAclsRequest(creations), pos
 
 
 def _write_acl_creation_v2(out: bytearray, o: AclCreation) -> None:
@@ -152,8 +153,11 @@ def _read_acl_creation_v2(buf: Buffer, pos: int) -> tuple[AclCreation, int]:
     host, pos = read_compact_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return AclCreation(resource_type=resource_type, resource_name=resource_name, resource_pattern_type=resource_pattern_type, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AclCreation(resource_type, resource_name, resource_pattern_type, principal, host, operation, permission_type), pos
 
 
 def _write_create_acls_request_v2(out: bytearray, o: CreateAclsRequest) -> None:
@@ -165,15 +169,18 @@ def _write_create_acls_request_v2(out: bytearray, o: CreateAclsRequest) -> None:
 
 def _read_create_acls_request_v2(buf: Buffer, pos: int) -> tuple[CreateAclsRequest, int]:
     creations: list[AclCreation]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateAclsRequest.creations')
     creations = []
     for _ in range(n):
         creations_item, pos = _read_acl_creation_v2(buf, pos)
         creations.append(creations_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreateAclsRequest(creations=creations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsRequest(creations), pos
 
 
 CreateAclsRequest._WRITERS = {0: _write_create_acls_request_v0, 1: _write_create_acls_request_v1, 2: _write_create_acls_request_v2, 3: _write_create_acls_request_v2}

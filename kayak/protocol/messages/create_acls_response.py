@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
+    read_int32_array_length,
     read_nullable_string,
     skip_tagged_fields,
     write_array_length,
@@ -60,7 +61,7 @@ def _read_acl_creation_result_v0(buf: Buffer, pos: int) -> tuple[AclCreationResu
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
-    return AclCreationResult(error_code=error_code, error_message=error_message), pos
+    return AclCreationResult(error_code, error_message), pos
 
 
 def _write_create_acls_response_v0(out: bytearray, o: CreateAclsResponse) -> None:
@@ -74,14 +75,14 @@ def _read_create_acls_response_v0(buf: Buffer, pos: int) -> tuple[CreateAclsResp
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[AclCreationResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateAclsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_acl_creation_result_v0(buf, pos)
         results.append(results_item)
-    return CreateAclsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return CreateAclsResponse(throttle_time_ms, results), pos
 
 
 def _write_acl_creation_result_v2(out: bytearray, o: AclCreationResult) -> None:
@@ -94,8 +95,11 @@ def _read_acl_creation_result_v2(buf: Buffer, pos: int) -> tuple[AclCreationResu
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AclCreationResult(error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AclCreationResult(error_code, error_message), pos
 
 
 def _write_create_acls_response_v2(out: bytearray, o: CreateAclsResponse) -> None:
@@ -110,15 +114,18 @@ def _read_create_acls_response_v2(buf: Buffer, pos: int) -> tuple[CreateAclsResp
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[AclCreationResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateAclsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_acl_creation_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreateAclsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsResponse(throttle_time_ms, results), pos
 
 
 CreateAclsResponse._WRITERS = {0: _write_create_acls_response_v0, 1: _write_create_acls_response_v0, 2: _write_create_acls_response_v2, 3: _write_create_acls_response_v2}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -62,7 +63,7 @@ def _write_creatable_renewers_v0(out: bytearray, o: CreatableRenewers) -> None:
 def _read_creatable_renewers_v0(buf: Buffer, pos: int) -> tuple[CreatableRenewers, int]:
     principal_type, pos = read_string(buf, pos)
     principal_name, pos = read_string(buf, pos)
-    return CreatableRenewers(principal_type=principal_type, principal_name=principal_name), pos
+    return CreatableRenewers(principal_type, principal_name), pos
 
 
 def _write_create_delegation_token_request_v0(out: bytearray, o: CreateDelegationTokenRequest) -> None:
@@ -74,7 +75,7 @@ def _write_create_delegation_token_request_v0(out: bytearray, o: CreateDelegatio
 
 def _read_create_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     renewers: list[CreatableRenewers]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateDelegationTokenRequest.renewers')
     renewers = []
@@ -83,7 +84,7 @@ def _read_create_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[Cre
         renewers.append(renewers_item)
     max_lifetime_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return CreateDelegationTokenRequest(renewers=renewers, max_lifetime_ms=max_lifetime_ms), pos
+    return CreateDelegationTokenRequest('', '', renewers, max_lifetime_ms), pos
 
 
 def _write_creatable_renewers_v2(out: bytearray, o: CreatableRenewers) -> None:
@@ -95,8 +96,11 @@ def _write_creatable_renewers_v2(out: bytearray, o: CreatableRenewers) -> None:
 def _read_creatable_renewers_v2(buf: Buffer, pos: int) -> tuple[CreatableRenewers, int]:
     principal_type, pos = read_compact_string(buf, pos)
     principal_name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatableRenewers(principal_type=principal_type, principal_name=principal_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatableRenewers(principal_type, principal_name), pos
 
 
 def _write_create_delegation_token_request_v2(out: bytearray, o: CreateDelegationTokenRequest) -> None:
@@ -109,7 +113,7 @@ def _write_create_delegation_token_request_v2(out: bytearray, o: CreateDelegatio
 
 def _read_create_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[CreateDelegationTokenRequest, int]:
     renewers: list[CreatableRenewers]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateDelegationTokenRequest.renewers')
     renewers = []
@@ -118,8 +122,11 @@ def _read_create_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[Cre
         renewers.append(renewers_item)
     max_lifetime_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return CreateDelegationTokenRequest(renewers=renewers, max_lifetime_ms=max_lifetime_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateDelegationTokenRequest('', '', renewers, max_lifetime_ms), pos
 
 
 def _write_create_delegation_token_request_v3(out: bytearray, o: CreateDelegationTokenRequest) -> None:
@@ -136,7 +143,7 @@ def _read_create_delegation_token_request_v3(buf: Buffer, pos: int) -> tuple[Cre
     owner_principal_type, pos = read_compact_nullable_string(buf, pos)
     owner_principal_name, pos = read_compact_nullable_string(buf, pos)
     renewers: list[CreatableRenewers]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateDelegationTokenRequest.renewers')
     renewers = []
@@ -145,8 +152,11 @@ def _read_create_delegation_token_request_v3(buf: Buffer, pos: int) -> tuple[Cre
         renewers.append(renewers_item)
     max_lifetime_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return CreateDelegationTokenRequest(owner_principal_type=owner_principal_type, owner_principal_name=owner_principal_name, renewers=renewers, max_lifetime_ms=max_lifetime_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateDelegationTokenRequest(owner_principal_type, owner_principal_name, renewers, max_lifetime_ms), pos
 
 
 CreateDelegationTokenRequest._WRITERS = {0: _write_create_delegation_token_request_v0, 1: _write_create_delegation_token_request_v0, 2: _write_create_delegation_token_request_v2, 3: _write_create_delegation_token_request_v3}

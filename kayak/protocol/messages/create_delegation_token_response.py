@@ -78,7 +78,7 @@ def _read_create_delegation_token_response_v0(buf: Buffer, pos: int) -> tuple[Cr
     hmac, pos = read_bytes(buf, pos)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return CreateDelegationTokenResponse(error_code=error_code, principal_type=principal_type, principal_name=principal_name, issue_timestamp_ms=issue_timestamp_ms, expiry_timestamp_ms=expiry_timestamp_ms, max_timestamp_ms=max_timestamp_ms, token_id=token_id, hmac=hmac, throttle_time_ms=throttle_time_ms), pos
+    return CreateDelegationTokenResponse(error_code, principal_type, principal_name, '', '', issue_timestamp_ms, expiry_timestamp_ms, max_timestamp_ms, token_id, hmac, throttle_time_ms), pos
 
 
 def _write_create_delegation_token_response_v2(out: bytearray, o: CreateDelegationTokenResponse) -> None:
@@ -103,8 +103,11 @@ def _read_create_delegation_token_response_v2(buf: Buffer, pos: int) -> tuple[Cr
     hmac, pos = read_compact_bytes(buf, pos)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return CreateDelegationTokenResponse(error_code=error_code, principal_type=principal_type, principal_name=principal_name, issue_timestamp_ms=issue_timestamp_ms, expiry_timestamp_ms=expiry_timestamp_ms, max_timestamp_ms=max_timestamp_ms, token_id=token_id, hmac=hmac, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateDelegationTokenResponse(error_code, principal_type, principal_name, '', '', issue_timestamp_ms, expiry_timestamp_ms, max_timestamp_ms, token_id, hmac, throttle_time_ms), pos
 
 
 def _write_create_delegation_token_response_v3(out: bytearray, o: CreateDelegationTokenResponse) -> None:
@@ -133,8 +136,11 @@ def _read_create_delegation_token_response_v3(buf: Buffer, pos: int) -> tuple[Cr
     hmac, pos = read_compact_bytes(buf, pos)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return CreateDelegationTokenResponse(error_code=error_code, principal_type=principal_type, principal_name=principal_name, token_requester_principal_type=token_requester_principal_type, token_requester_principal_name=token_requester_principal_name, issue_timestamp_ms=issue_timestamp_ms, expiry_timestamp_ms=expiry_timestamp_ms, max_timestamp_ms=max_timestamp_ms, token_id=token_id, hmac=hmac, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateDelegationTokenResponse(error_code, principal_type, principal_name, token_requester_principal_type, token_requester_principal_name, issue_timestamp_ms, expiry_timestamp_ms, max_timestamp_ms, token_id, hmac, throttle_time_ms), pos
 
 
 CreateDelegationTokenResponse._WRITERS = {0: _write_create_delegation_token_response_v0, 1: _write_create_delegation_token_response_v0, 2: _write_create_delegation_token_response_v2, 3: _write_create_delegation_token_response_v3}

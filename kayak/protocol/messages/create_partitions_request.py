@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -67,11 +67,8 @@ def _write_create_partitions_assignment_v0(out: bytearray, o: CreatePartitionsAs
 
 def _read_create_partitions_assignment_v0(buf: Buffer, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     broker_ids: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array CreatePartitionsAssignment.broker_ids')
-    broker_ids, pos = read_fixed_array(buf, pos, n, INT32)
-    return CreatePartitionsAssignment(broker_ids=broker_ids), pos
+    broker_ids, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return CreatePartitionsAssignment(broker_ids), pos
 
 
 def _write_create_partitions_topic_v0(out: bytearray, o: CreatePartitionsTopic) -> None:
@@ -90,7 +87,7 @@ def _read_create_partitions_topic_v0(buf: Buffer, pos: int) -> tuple[CreateParti
     count, = _F_i.unpack_from(buf, pos)
     pos += 4
     assignments: list[CreatePartitionsAssignment] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         assignments = None
     else:
@@ -98,7 +95,7 @@ def _read_create_partitions_topic_v0(buf: Buffer, pos: int) -> tuple[CreateParti
         for _ in range(n):
             assignments_item, pos = _read_create_partitions_assignment_v0(buf, pos)
             assignments.append(assignments_item)
-    return CreatePartitionsTopic(name=name, count=count, assignments=assignments), pos
+    return CreatePartitionsTopic(name, count, assignments), pos
 
 
 def _write_create_partitions_request_v0(out: bytearray, o: CreatePartitionsRequest) -> None:
@@ -110,7 +107,7 @@ def _write_create_partitions_request_v0(out: bytearray, o: CreatePartitionsReque
 
 def _read_create_partitions_request_v0(buf: Buffer, pos: int) -> tuple[CreatePartitionsRequest, int]:
     topics: list[CreatePartitionsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatePartitionsRequest.topics')
     topics = []
@@ -119,7 +116,7 @@ def _read_create_partitions_request_v0(buf: Buffer, pos: int) -> tuple[CreatePar
         topics.append(topics_item)
     timeout_ms, validate_only = _F_io.unpack_from(buf, pos)
     pos += 5
-    return CreatePartitionsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
+    return CreatePartitionsRequest(topics, timeout_ms, validate_only), pos
 
 
 def _write_create_partitions_assignment_v2(out: bytearray, o: CreatePartitionsAssignment) -> None:
@@ -130,12 +127,12 @@ def _write_create_partitions_assignment_v2(out: bytearray, o: CreatePartitionsAs
 
 def _read_create_partitions_assignment_v2(buf: Buffer, pos: int) -> tuple[CreatePartitionsAssignment, int]:
     broker_ids: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array CreatePartitionsAssignment.broker_ids')
-    broker_ids, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatePartitionsAssignment(broker_ids=broker_ids), pos
+    broker_ids, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatePartitionsAssignment(broker_ids), pos
 
 
 def _write_create_partitions_topic_v2(out: bytearray, o: CreatePartitionsTopic) -> None:
@@ -155,7 +152,7 @@ def _read_create_partitions_topic_v2(buf: Buffer, pos: int) -> tuple[CreateParti
     count, = _F_i.unpack_from(buf, pos)
     pos += 4
     assignments: list[CreatePartitionsAssignment] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         assignments = None
     else:
@@ -163,8 +160,11 @@ def _read_create_partitions_topic_v2(buf: Buffer, pos: int) -> tuple[CreateParti
         for _ in range(n):
             assignments_item, pos = _read_create_partitions_assignment_v2(buf, pos)
             assignments.append(assignments_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatePartitionsTopic(name=name, count=count, assignments=assignments), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatePartitionsTopic(name, count, assignments), pos
 
 
 def _write_create_partitions_request_v2(out: bytearray, o: CreatePartitionsRequest) -> None:
@@ -177,7 +177,7 @@ def _write_create_partitions_request_v2(out: bytearray, o: CreatePartitionsReque
 
 def _read_create_partitions_request_v2(buf: Buffer, pos: int) -> tuple[CreatePartitionsRequest, int]:
     topics: list[CreatePartitionsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatePartitionsRequest.topics')
     topics = []
@@ -186,8 +186,11 @@ def _read_create_partitions_request_v2(buf: Buffer, pos: int) -> tuple[CreatePar
         topics.append(topics_item)
     timeout_ms, validate_only = _F_io.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return CreatePartitionsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatePartitionsRequest(topics, timeout_ms, validate_only), pos
 
 
 CreatePartitionsRequest._WRITERS = {0: _write_create_partitions_request_v0, 1: _write_create_partitions_request_v0, 2: _write_create_partitions_request_v2, 3: _write_create_partitions_request_v2}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -67,7 +68,7 @@ def _read_create_partitions_topic_result_v0(buf: Buffer, pos: int) -> tuple[Crea
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
-    return CreatePartitionsTopicResult(name=name, error_code=error_code, error_message=error_message), pos
+    return CreatePartitionsTopicResult(name, error_code, error_message), pos
 
 
 def _write_create_partitions_response_v0(out: bytearray, o: CreatePartitionsResponse) -> None:
@@ -81,14 +82,14 @@ def _read_create_partitions_response_v0(buf: Buffer, pos: int) -> tuple[CreatePa
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[CreatePartitionsTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatePartitionsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_create_partitions_topic_result_v0(buf, pos)
         results.append(results_item)
-    return CreatePartitionsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return CreatePartitionsResponse(throttle_time_ms, results), pos
 
 
 def _write_create_partitions_topic_result_v2(out: bytearray, o: CreatePartitionsTopicResult) -> None:
@@ -103,8 +104,11 @@ def _read_create_partitions_topic_result_v2(buf: Buffer, pos: int) -> tuple[Crea
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatePartitionsTopicResult(name=name, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatePartitionsTopicResult(name, error_code, error_message), pos
 
 
 def _write_create_partitions_response_v2(out: bytearray, o: CreatePartitionsResponse) -> None:
@@ -119,15 +123,18 @@ def _read_create_partitions_response_v2(buf: Buffer, pos: int) -> tuple[CreatePa
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[CreatePartitionsTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatePartitionsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_create_partitions_topic_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatePartitionsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatePartitionsResponse(throttle_time_ms, results), pos
 
 
 CreatePartitionsResponse._WRITERS = {0: _write_create_partitions_response_v0, 1: _write_create_partitions_response_v0, 2: _write_create_partitions_response_v2, 3: _write_create_partitions_response_v2}

@@ -14,11 +14,11 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -84,11 +84,8 @@ def _read_creatable_replica_assignment_v0(buf: Buffer, pos: int) -> tuple[Creata
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     broker_ids: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array CreatableReplicaAssignment.broker_ids')
-    broker_ids, pos = read_fixed_array(buf, pos, n, INT32)
-    return CreatableReplicaAssignment(partition_index=partition_index, broker_ids=broker_ids), pos
+    broker_ids, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return CreatableReplicaAssignment(partition_index, broker_ids), pos
 
 
 def _write_creatable_topic_config_v0(out: bytearray, o: CreatableTopicConfig) -> None:
@@ -99,7 +96,7 @@ def _write_creatable_topic_config_v0(out: bytearray, o: CreatableTopicConfig) ->
 def _read_creatable_topic_config_v0(buf: Buffer, pos: int) -> tuple[CreatableTopicConfig, int]:
     name, pos = read_string(buf, pos)
     value, pos = read_nullable_string(buf, pos)
-    return CreatableTopicConfig(name=name, value=value), pos
+    return CreatableTopicConfig(name, value), pos
 
 
 def _write_creatable_topic_v0(out: bytearray, o: CreatableTopic) -> None:
@@ -118,7 +115,7 @@ def _read_creatable_topic_v0(buf: Buffer, pos: int) -> tuple[CreatableTopic, int
     num_partitions, replication_factor = _F_ih.unpack_from(buf, pos)
     pos += 6
     assignments: list[CreatableReplicaAssignment]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatableTopic.assignments')
     assignments = []
@@ -126,14 +123,14 @@ def _read_creatable_topic_v0(buf: Buffer, pos: int) -> tuple[CreatableTopic, int
         assignments_item, pos = _read_creatable_replica_assignment_v0(buf, pos)
         assignments.append(assignments_item)
     configs: list[CreatableTopicConfig]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatableTopic.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_creatable_topic_config_v0(buf, pos)
         configs.append(configs_item)
-    return CreatableTopic(name=name, num_partitions=num_partitions, replication_factor=replication_factor, assignments=assignments, configs=configs), pos
+    return CreatableTopic(name, num_partitions, replication_factor, assignments, configs), pos
 
 
 def _write_create_topics_request_v0(out: bytearray, o: CreateTopicsRequest) -> None:
@@ -145,7 +142,7 @@ def _write_create_topics_request_v0(out: bytearray, o: CreateTopicsRequest) -> N
 
 def _read_create_topics_request_v0(buf: Buffer, pos: int) -> tuple[CreateTopicsRequest, int]:
     topics: list[CreatableTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsRequest.topics')
     topics = []
@@ -154,7 +151,7 @@ def _read_create_topics_request_v0(buf: Buffer, pos: int) -> tuple[CreateTopicsR
         topics.append(topics_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms), pos
+    return CreateTopicsRequest(topics, timeout_ms, False), pos
 
 
 def _write_create_topics_request_v1(out: bytearray, o: CreateTopicsRequest) -> None:
@@ -166,7 +163,7 @@ def _write_create_topics_request_v1(out: bytearray, o: CreateTopicsRequest) -> N
 
 def _read_create_topics_request_v1(buf: Buffer, pos: int) -> tuple[CreateTopicsRequest, int]:
     topics: list[CreatableTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsRequest.topics')
     topics = []
@@ -175,7 +172,7 @@ def _read_create_topics_request_v1(buf: Buffer, pos: int) -> tuple[CreateTopicsR
         topics.append(topics_item)
     timeout_ms, validate_only = _F_io.unpack_from(buf, pos)
     pos += 5
-    return CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
+    return CreateTopicsRequest(topics, timeout_ms, validate_only), pos
 
 
 def _write_creatable_replica_assignment_v5(out: bytearray, o: CreatableReplicaAssignment) -> None:
@@ -189,12 +186,12 @@ def _read_creatable_replica_assignment_v5(buf: Buffer, pos: int) -> tuple[Creata
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     broker_ids: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array CreatableReplicaAssignment.broker_ids')
-    broker_ids, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatableReplicaAssignment(partition_index=partition_index, broker_ids=broker_ids), pos
+    broker_ids, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatableReplicaAssignment(partition_index, broker_ids), pos
 
 
 def _write_creatable_topic_config_v5(out: bytearray, o: CreatableTopicConfig) -> None:
@@ -206,8 +203,11 @@ def _write_creatable_topic_config_v5(out: bytearray, o: CreatableTopicConfig) ->
 def _read_creatable_topic_config_v5(buf: Buffer, pos: int) -> tuple[CreatableTopicConfig, int]:
     name, pos = read_compact_string(buf, pos)
     value, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatableTopicConfig(name=name, value=value), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatableTopicConfig(name, value), pos
 
 
 def _write_creatable_topic_v5(out: bytearray, o: CreatableTopic) -> None:
@@ -227,7 +227,7 @@ def _read_creatable_topic_v5(buf: Buffer, pos: int) -> tuple[CreatableTopic, int
     num_partitions, replication_factor = _F_ih.unpack_from(buf, pos)
     pos += 6
     assignments: list[CreatableReplicaAssignment]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatableTopic.assignments')
     assignments = []
@@ -235,15 +235,18 @@ def _read_creatable_topic_v5(buf: Buffer, pos: int) -> tuple[CreatableTopic, int
         assignments_item, pos = _read_creatable_replica_assignment_v5(buf, pos)
         assignments.append(assignments_item)
     configs: list[CreatableTopicConfig]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreatableTopic.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_creatable_topic_config_v5(buf, pos)
         configs.append(configs_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreatableTopic(name=name, num_partitions=num_partitions, replication_factor=replication_factor, assignments=assignments, configs=configs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatableTopic(name, num_partitions, replication_factor, assignments, configs), pos
 
 
 def _write_create_topics_request_v5(out: bytearray, o: CreateTopicsRequest) -> None:
@@ -256,7 +259,7 @@ def _write_create_topics_request_v5(out: bytearray, o: CreateTopicsRequest) -> N
 
 def _read_create_topics_request_v5(buf: Buffer, pos: int) -> tuple[CreateTopicsRequest, int]:
     topics: list[CreatableTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsRequest.topics')
     topics = []
@@ -265,8 +268,11 @@ def _read_create_topics_request_v5(buf: Buffer, pos: int) -> tuple[CreateTopicsR
         topics.append(topics_item)
     timeout_ms, validate_only = _F_io.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateTopicsRequest(topics, timeout_ms, validate_only), pos
 
 
 CreateTopicsRequest._WRITERS = {0: _write_create_topics_request_v0, 1: _write_create_topics_request_v1, 2: _write_create_topics_request_v1, 3: _write_create_topics_request_v1, 4: _write_create_topics_request_v1, 5: _write_create_topics_request_v5, 6: _write_create_topics_request_v5, 7: _write_create_topics_request_v5}

@@ -16,9 +16,10 @@ from kayak.protocol.primitives import (
     Buffer,
     INT16,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_tag_header,
@@ -88,7 +89,7 @@ def _read_creatable_topic_result_v0(buf: Buffer, pos: int) -> tuple[CreatableTop
     name, pos = read_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return CreatableTopicResult(name=name, error_code=error_code), pos
+    return CreatableTopicResult(name, ZERO_UUID, error_code, '', 0, -1, -1, []), pos
 
 
 def _write_create_topics_response_v0(out: bytearray, o: CreateTopicsResponse) -> None:
@@ -99,14 +100,14 @@ def _write_create_topics_response_v0(out: bytearray, o: CreateTopicsResponse) ->
 
 def _read_create_topics_response_v0(buf: Buffer, pos: int) -> tuple[CreateTopicsResponse, int]:
     topics: list[CreatableTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_creatable_topic_result_v0(buf, pos)
         topics.append(topics_item)
-    return CreateTopicsResponse(topics=topics), pos
+    return CreateTopicsResponse(0, topics), pos
 
 
 def _write_creatable_topic_result_v1(out: bytearray, o: CreatableTopicResult) -> None:
@@ -120,7 +121,7 @@ def _read_creatable_topic_result_v1(buf: Buffer, pos: int) -> tuple[CreatableTop
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
-    return CreatableTopicResult(name=name, error_code=error_code, error_message=error_message), pos
+    return CreatableTopicResult(name, ZERO_UUID, error_code, error_message, 0, -1, -1, []), pos
 
 
 def _write_create_topics_response_v1(out: bytearray, o: CreateTopicsResponse) -> None:
@@ -131,14 +132,14 @@ def _write_create_topics_response_v1(out: bytearray, o: CreateTopicsResponse) ->
 
 def _read_create_topics_response_v1(buf: Buffer, pos: int) -> tuple[CreateTopicsResponse, int]:
     topics: list[CreatableTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_creatable_topic_result_v1(buf, pos)
         topics.append(topics_item)
-    return CreateTopicsResponse(topics=topics), pos
+    return CreateTopicsResponse(0, topics), pos
 
 
 def _write_create_topics_response_v2(out: bytearray, o: CreateTopicsResponse) -> None:
@@ -152,14 +153,14 @@ def _read_create_topics_response_v2(buf: Buffer, pos: int) -> tuple[CreateTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[CreatableTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_creatable_topic_result_v1(buf, pos)
         topics.append(topics_item)
-    return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return CreateTopicsResponse(throttle_time_ms, topics), pos
 
 
 def _write_creatable_topic_configs_v5(out: bytearray, o: CreatableTopicConfigs) -> None:
@@ -174,8 +175,11 @@ def _read_creatable_topic_configs_v5(buf: Buffer, pos: int) -> tuple[CreatableTo
     value, pos = read_compact_nullable_string(buf, pos)
     read_only, config_source, is_sensitive = _F_obo.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tagged_fields(buf, pos)
-    return CreatableTopicConfigs(name=name, value=value, read_only=read_only, config_source=config_source, is_sensitive=is_sensitive), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreatableTopicConfigs(name, value, read_only, config_source, is_sensitive), pos
 
 
 def _write_creatable_topic_result_v5(out: bytearray, o: CreatableTopicResult) -> None:
@@ -207,7 +211,7 @@ def _read_creatable_topic_result_v5(buf: Buffer, pos: int) -> tuple[CreatableTop
     num_partitions, replication_factor = _F_ih.unpack_from(buf, pos)
     pos += 6
     configs: list[CreatableTopicConfigs] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         configs = None
     else:
@@ -223,7 +227,7 @@ def _read_creatable_topic_result_v5(buf: Buffer, pos: int) -> tuple[CreatableTop
             topic_config_error_code, = INT16.unpack_from(buf, start)
             start += 2
         pos = end
-    return CreatableTopicResult(name=name, error_code=error_code, error_message=error_message, num_partitions=num_partitions, replication_factor=replication_factor, configs=configs, topic_config_error_code=topic_config_error_code), pos
+    return CreatableTopicResult(name, ZERO_UUID, error_code, error_message, topic_config_error_code, num_partitions, replication_factor, configs), pos
 
 
 def _write_create_topics_response_v5(out: bytearray, o: CreateTopicsResponse) -> None:
@@ -238,15 +242,18 @@ def _read_create_topics_response_v5(buf: Buffer, pos: int) -> tuple[CreateTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[CreatableTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_creatable_topic_result_v5(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateTopicsResponse(throttle_time_ms, topics), pos
 
 
 def _write_creatable_topic_result_v7(out: bytearray, o: CreatableTopicResult) -> None:
@@ -280,7 +287,7 @@ def _read_creatable_topic_result_v7(buf: Buffer, pos: int) -> tuple[CreatableTop
     num_partitions, replication_factor = _F_ih.unpack_from(buf, pos)
     pos += 6
     configs: list[CreatableTopicConfigs] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         configs = None
     else:
@@ -296,7 +303,7 @@ def _read_creatable_topic_result_v7(buf: Buffer, pos: int) -> tuple[CreatableTop
             topic_config_error_code, = INT16.unpack_from(buf, start)
             start += 2
         pos = end
-    return CreatableTopicResult(name=name, topic_id=topic_id, error_code=error_code, error_message=error_message, num_partitions=num_partitions, replication_factor=replication_factor, configs=configs, topic_config_error_code=topic_config_error_code), pos
+    return CreatableTopicResult(name, topic_id, error_code, error_message, topic_config_error_code, num_partitions, replication_factor, configs), pos
 
 
 def _write_create_topics_response_v7(out: bytearray, o: CreateTopicsResponse) -> None:
@@ -311,15 +318,18 @@ def _read_create_topics_response_v7(buf: Buffer, pos: int) -> tuple[CreateTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[CreatableTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array CreateTopicsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_creatable_topic_result_v7(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return CreateTopicsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateTopicsResponse(throttle_time_ms, topics), pos
 
 
 CreateTopicsResponse._WRITERS = {0: _write_create_topics_response_v0, 1: _write_create_topics_response_v1, 2: _write_create_topics_response_v2, 3: _write_create_topics_response_v2, 4: _write_create_topics_response_v2, 5: _write_create_topics_response_v5, 6: _write_create_topics_response_v5, 7: _write_create_topics_response_v7}

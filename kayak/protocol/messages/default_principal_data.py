@@ -53,8 +53,11 @@ def _read_default_principal_data_v0(buf: Buffer, pos: int) -> tuple[DefaultPrinc
     name, pos = read_compact_string(buf, pos)
     token_authenticated, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return DefaultPrincipalData(type=type, name=name, token_authenticated=token_authenticated), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DefaultPrincipalData(type, name, token_authenticated), pos
 
 
 DefaultPrincipalData._WRITERS = {0: _write_default_principal_data_v0}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
+    read_int32_array_length,
     read_nullable_string,
     skip_tagged_fields,
     write_array_length,
@@ -71,7 +72,7 @@ def _read_delete_acls_filter_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsFilter
     host_filter, pos = read_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DeleteAclsFilter(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    return DeleteAclsFilter(resource_type_filter, resource_name_filter, 3, principal_filter, host_filter, operation, permission_type), pos
 
 
 def _write_delete_acls_request_v0(out: bytearray, o: DeleteAclsRequest) -> None:
@@ -82,14 +83,14 @@ def _write_delete_acls_request_v0(out: bytearray, o: DeleteAclsRequest) -> None:
 
 def _read_delete_acls_request_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsRequest, int]:
     filters: list[DeleteAclsFilter]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsRequest.filters')
     filters = []
     for _ in range(n):
         filters_item, pos = _read_delete_acls_filter_v0(buf, pos)
         filters.append(filters_item)
-    return DeleteAclsRequest(filters=filters), pos
+    return DeleteAclsRequest(filters), pos
 
 
 def _write_delete_acls_filter_v1(out: bytearray, o: DeleteAclsFilter) -> None:
@@ -111,7 +112,7 @@ def _read_delete_acls_filter_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsFilter
     host_filter, pos = read_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DeleteAclsFilter(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, pattern_type_filter=pattern_type_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    return DeleteAclsFilter(resource_type_filter, resource_name_filter, pattern_type_filter, principal_filter, host_filter, operation, permission_type), pos
 
 
 def _write_delete_acls_request_v1(out: bytearray, o: DeleteAclsRequest) -> None:
@@ -122,14 +123,14 @@ def _write_delete_acls_request_v1(out: bytearray, o: DeleteAclsRequest) -> None:
 
 def _read_delete_acls_request_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsRequest, int]:
     filters: list[DeleteAclsFilter]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsRequest.filters')
     filters = []
     for _ in range(n):
         filters_item, pos = _read_delete_acls_filter_v1(buf, pos)
         filters.append(filters_item)
-    return DeleteAclsRequest(filters=filters), pos
+    return DeleteAclsRequest(filters), pos
 
 
 def _write_delete_acls_filter_v2(out: bytearray, o: DeleteAclsFilter) -> None:
@@ -152,8 +153,11 @@ def _read_delete_acls_filter_v2(buf: Buffer, pos: int) -> tuple[DeleteAclsFilter
     host_filter, pos = read_compact_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteAclsFilter(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, pattern_type_filter=pattern_type_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsFilter(resource_type_filter, resource_name_filter, pattern_type_filter, principal_filter, host_filter, operation, permission_type), pos
 
 
 def _write_delete_acls_request_v2(out: bytearray, o: DeleteAclsRequest) -> None:
@@ -165,15 +169,18 @@ def _write_delete_acls_request_v2(out: bytearray, o: DeleteAclsRequest) -> None:
 
 def _read_delete_acls_request_v2(buf: Buffer, pos: int) -> tuple[DeleteAclsRequest, int]:
     filters: list[DeleteAclsFilter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsRequest.filters')
     filters = []
     for _ in range(n):
         filters_item, pos = _read_delete_acls_filter_v2(buf, pos)
         filters.append(filters_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteAclsRequest(filters=filters), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsRequest(filters), pos
 
 
 DeleteAclsRequest._WRITERS = {0: _write_delete_acls_request_v0, 1: _write_delete_acls_request_v1, 2: _write_delete_acls_request_v2, 3: _write_delete_acls_request_v2}

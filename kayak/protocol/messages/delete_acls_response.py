@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -92,7 +93,7 @@ def _read_delete_acls_matching_acl_v0(buf: Buffer, pos: int) -> tuple[DeleteAcls
     host, pos = read_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DeleteAclsMatchingAcl(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    return DeleteAclsMatchingAcl(error_code, error_message, resource_type, resource_name, 3, principal, host, operation, permission_type), pos
 
 
 def _write_delete_acls_filter_result_v0(out: bytearray, o: DeleteAclsFilterResult) -> None:
@@ -108,14 +109,14 @@ def _read_delete_acls_filter_result_v0(buf: Buffer, pos: int) -> tuple[DeleteAcl
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
     matching_acls: list[DeleteAclsMatchingAcl]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsFilterResult.matching_acls')
     matching_acls = []
     for _ in range(n):
         matching_acls_item, pos = _read_delete_acls_matching_acl_v0(buf, pos)
         matching_acls.append(matching_acls_item)
-    return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls), pos
+    return DeleteAclsFilterResult(error_code, error_message, matching_acls), pos
 
 
 def _write_delete_acls_response_v0(out: bytearray, o: DeleteAclsResponse) -> None:
@@ -129,14 +130,14 @@ def _read_delete_acls_response_v0(buf: Buffer, pos: int) -> tuple[DeleteAclsResp
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     filter_results: list[DeleteAclsFilterResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsResponse.filter_results')
     filter_results = []
     for _ in range(n):
         filter_results_item, pos = _read_delete_acls_filter_result_v0(buf, pos)
         filter_results.append(filter_results_item)
-    return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results), pos
+    return DeleteAclsResponse(throttle_time_ms, filter_results), pos
 
 
 def _write_delete_acls_matching_acl_v1(out: bytearray, o: DeleteAclsMatchingAcl) -> None:
@@ -163,7 +164,7 @@ def _read_delete_acls_matching_acl_v1(buf: Buffer, pos: int) -> tuple[DeleteAcls
     host, pos = read_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DeleteAclsMatchingAcl(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    return DeleteAclsMatchingAcl(error_code, error_message, resource_type, resource_name, pattern_type, principal, host, operation, permission_type), pos
 
 
 def _write_delete_acls_filter_result_v1(out: bytearray, o: DeleteAclsFilterResult) -> None:
@@ -179,14 +180,14 @@ def _read_delete_acls_filter_result_v1(buf: Buffer, pos: int) -> tuple[DeleteAcl
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
     matching_acls: list[DeleteAclsMatchingAcl]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsFilterResult.matching_acls')
     matching_acls = []
     for _ in range(n):
         matching_acls_item, pos = _read_delete_acls_matching_acl_v1(buf, pos)
         matching_acls.append(matching_acls_item)
-    return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls), pos
+    return DeleteAclsFilterResult(error_code, error_message, matching_acls), pos
 
 
 def _write_delete_acls_response_v1(out: bytearray, o: DeleteAclsResponse) -> None:
@@ -200,14 +201,14 @@ def _read_delete_acls_response_v1(buf: Buffer, pos: int) -> tuple[DeleteAclsResp
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     filter_results: list[DeleteAclsFilterResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsResponse.filter_results')
     filter_results = []
     for _ in range(n):
         filter_results_item, pos = _read_delete_acls_filter_result_v1(buf, pos)
         filter_results.append(filter_results_item)
-    return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results), pos
+    return DeleteAclsResponse(throttle_time_ms, filter_results), pos
 
 
 def _write_delete_acls_matching_acl_v2(out: bytearray, o: DeleteAclsMatchingAcl) -> None:
@@ -235,8 +236,11 @@ def _read_delete_acls_matching_acl_v2(buf: Buffer, pos: int) -> tuple[DeleteAcls
     host, pos = read_compact_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteAclsMatchingAcl(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsMatchingAcl(error_code, error_message, resource_type, resource_name, pattern_type, principal, host, operation, permission_type), pos
 
 
 def _write_delete_acls_filter_result_v2(out: bytearray, o: DeleteAclsFilterResult) -> None:
@@ -253,15 +257,18 @@ def _read_delete_acls_filter_result_v2(buf: Buffer, pos: int) -> tuple[DeleteAcl
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
     matching_acls: list[DeleteAclsMatchingAcl]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsFilterResult.matching_acls')
     matching_acls = []
     for _ in range(n):
         matching_acls_item, pos = _read_delete_acls_matching_acl_v2(buf, pos)
         matching_acls.append(matching_acls_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteAclsFilterResult(error_code=error_code, error_message=error_message, matching_acls=matching_acls), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsFilterResult(error_code, error_message, matching_acls), pos
 
 
 def _write_delete_acls_response_v2(out: bytearray, o: DeleteAclsResponse) -> None:
@@ -276,15 +283,18 @@ def _read_delete_acls_response_v2(buf: Buffer, pos: int) -> tuple[DeleteAclsResp
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     filter_results: list[DeleteAclsFilterResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteAclsResponse.filter_results')
     filter_results = []
     for _ in range(n):
         filter_results_item, pos = _read_delete_acls_filter_result_v2(buf, pos)
         filter_results.append(filter_results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteAclsResponse(throttle_time_ms=throttle_time_ms, filter_results=filter_results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsResponse(throttle_time_ms, filter_results), pos
 
 
 DeleteAclsResponse._WRITERS = {0: _write_delete_acls_response_v0, 1: _write_delete_acls_response_v1, 2: _write_delete_acls_response_v2, 3: _write_delete_acls_response_v2}

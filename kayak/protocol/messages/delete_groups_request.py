@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_primitive_array,
     read_string,
     skip_tagged_fields,
@@ -49,11 +50,11 @@ def _write_delete_groups_request_v0(out: bytearray, o: DeleteGroupsRequest) -> N
 
 def _read_delete_groups_request_v0(buf: Buffer, pos: int) -> tuple[DeleteGroupsRequest, int]:
     groups_names: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteGroupsRequest.groups_names')
     groups_names, pos = read_primitive_array(buf, pos, n, read_string)
-    return DeleteGroupsRequest(groups_names=groups_names), pos
+    return DeleteGroupsRequest(groups_names), pos
 
 
 def _write_delete_groups_request_v2(out: bytearray, o: DeleteGroupsRequest) -> None:
@@ -65,12 +66,15 @@ def _write_delete_groups_request_v2(out: bytearray, o: DeleteGroupsRequest) -> N
 
 def _read_delete_groups_request_v2(buf: Buffer, pos: int) -> tuple[DeleteGroupsRequest, int]:
     groups_names: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteGroupsRequest.groups_names')
     groups_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteGroupsRequest(groups_names=groups_names), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteGroupsRequest(groups_names), pos
 
 
 DeleteGroupsRequest._WRITERS = {0: _write_delete_groups_request_v0, 1: _write_delete_groups_request_v0, 2: _write_delete_groups_request_v2}

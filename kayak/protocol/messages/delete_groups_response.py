@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -60,7 +61,7 @@ def _read_deletable_group_result_v0(buf: Buffer, pos: int) -> tuple[DeletableGro
     group_id, pos = read_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return DeletableGroupResult(group_id=group_id, error_code=error_code), pos
+    return DeletableGroupResult(group_id, error_code), pos
 
 
 def _write_delete_groups_response_v0(out: bytearray, o: DeleteGroupsResponse) -> None:
@@ -74,14 +75,14 @@ def _read_delete_groups_response_v0(buf: Buffer, pos: int) -> tuple[DeleteGroups
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DeletableGroupResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteGroupsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_deletable_group_result_v0(buf, pos)
         results.append(results_item)
-    return DeleteGroupsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return DeleteGroupsResponse(throttle_time_ms, results), pos
 
 
 def _write_deletable_group_result_v2(out: bytearray, o: DeletableGroupResult) -> None:
@@ -94,8 +95,11 @@ def _read_deletable_group_result_v2(buf: Buffer, pos: int) -> tuple[DeletableGro
     group_id, pos = read_compact_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DeletableGroupResult(group_id=group_id, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeletableGroupResult(group_id, error_code), pos
 
 
 def _write_delete_groups_response_v2(out: bytearray, o: DeleteGroupsResponse) -> None:
@@ -110,15 +114,18 @@ def _read_delete_groups_response_v2(buf: Buffer, pos: int) -> tuple[DeleteGroups
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DeletableGroupResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteGroupsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_deletable_group_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteGroupsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteGroupsResponse(throttle_time_ms, results), pos
 
 
 DeleteGroupsResponse._WRITERS = {0: _write_delete_groups_response_v0, 1: _write_delete_groups_response_v0, 2: _write_delete_groups_response_v2}

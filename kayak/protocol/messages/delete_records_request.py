@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -64,7 +65,7 @@ def _write_delete_records_partition_v0(out: bytearray, o: DeleteRecordsPartition
 def _read_delete_records_partition_v0(buf: Buffer, pos: int) -> tuple[DeleteRecordsPartition, int]:
     partition_index, offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    return DeleteRecordsPartition(partition_index=partition_index, offset=offset), pos
+    return DeleteRecordsPartition(partition_index, offset), pos
 
 
 def _write_delete_records_topic_v0(out: bytearray, o: DeleteRecordsTopic) -> None:
@@ -77,14 +78,14 @@ def _write_delete_records_topic_v0(out: bytearray, o: DeleteRecordsTopic) -> Non
 def _read_delete_records_topic_v0(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[DeleteRecordsPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_delete_records_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return DeleteRecordsTopic(name=name, partitions=partitions), pos
+    return DeleteRecordsTopic(name, partitions), pos
 
 
 def _write_delete_records_request_v0(out: bytearray, o: DeleteRecordsRequest) -> None:
@@ -96,7 +97,7 @@ def _write_delete_records_request_v0(out: bytearray, o: DeleteRecordsRequest) ->
 
 def _read_delete_records_request_v0(buf: Buffer, pos: int) -> tuple[DeleteRecordsRequest, int]:
     topics: list[DeleteRecordsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsRequest.topics')
     topics = []
@@ -105,7 +106,7 @@ def _read_delete_records_request_v0(buf: Buffer, pos: int) -> tuple[DeleteRecord
         topics.append(topics_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return DeleteRecordsRequest(topics=topics, timeout_ms=timeout_ms), pos
+    return DeleteRecordsRequest(topics, timeout_ms), pos
 
 
 def _write_delete_records_partition_v2(out: bytearray, o: DeleteRecordsPartition) -> None:
@@ -116,8 +117,11 @@ def _write_delete_records_partition_v2(out: bytearray, o: DeleteRecordsPartition
 def _read_delete_records_partition_v2(buf: Buffer, pos: int) -> tuple[DeleteRecordsPartition, int]:
     partition_index, offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsPartition(partition_index=partition_index, offset=offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsPartition(partition_index, offset), pos
 
 
 def _write_delete_records_topic_v2(out: bytearray, o: DeleteRecordsTopic) -> None:
@@ -131,15 +135,18 @@ def _write_delete_records_topic_v2(out: bytearray, o: DeleteRecordsTopic) -> Non
 def _read_delete_records_topic_v2(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[DeleteRecordsPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_delete_records_partition_v2(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsTopic(name, partitions), pos
 
 
 def _write_delete_records_request_v2(out: bytearray, o: DeleteRecordsRequest) -> None:
@@ -152,7 +159,7 @@ def _write_delete_records_request_v2(out: bytearray, o: DeleteRecordsRequest) ->
 
 def _read_delete_records_request_v2(buf: Buffer, pos: int) -> tuple[DeleteRecordsRequest, int]:
     topics: list[DeleteRecordsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsRequest.topics')
     topics = []
@@ -161,8 +168,11 @@ def _read_delete_records_request_v2(buf: Buffer, pos: int) -> tuple[DeleteRecord
         topics.append(topics_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsRequest(topics=topics, timeout_ms=timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsRequest(topics, timeout_ms), pos
 
 
 DeleteRecordsRequest._WRITERS = {0: _write_delete_records_request_v0, 1: _write_delete_records_request_v0, 2: _write_delete_records_request_v2}

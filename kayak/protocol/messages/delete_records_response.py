@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -65,7 +66,7 @@ def _write_delete_records_partition_result_v0(out: bytearray, o: DeleteRecordsPa
 def _read_delete_records_partition_result_v0(buf: Buffer, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     partition_index, low_watermark, error_code = _F_iqh.unpack_from(buf, pos)
     pos += 14
-    return DeleteRecordsPartitionResult(partition_index=partition_index, low_watermark=low_watermark, error_code=error_code), pos
+    return DeleteRecordsPartitionResult(partition_index, low_watermark, error_code), pos
 
 
 def _write_delete_records_topic_result_v0(out: bytearray, o: DeleteRecordsTopicResult) -> None:
@@ -78,14 +79,14 @@ def _write_delete_records_topic_result_v0(out: bytearray, o: DeleteRecordsTopicR
 def _read_delete_records_topic_result_v0(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     name, pos = read_string(buf, pos)
     partitions: list[DeleteRecordsPartitionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_delete_records_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    return DeleteRecordsTopicResult(name=name, partitions=partitions), pos
+    return DeleteRecordsTopicResult(name, partitions), pos
 
 
 def _write_delete_records_response_v0(out: bytearray, o: DeleteRecordsResponse) -> None:
@@ -99,14 +100,14 @@ def _read_delete_records_response_v0(buf: Buffer, pos: int) -> tuple[DeleteRecor
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[DeleteRecordsTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_delete_records_topic_result_v0(buf, pos)
         topics.append(topics_item)
-    return DeleteRecordsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return DeleteRecordsResponse(throttle_time_ms, topics), pos
 
 
 def _write_delete_records_partition_result_v2(out: bytearray, o: DeleteRecordsPartitionResult) -> None:
@@ -117,8 +118,11 @@ def _write_delete_records_partition_result_v2(out: bytearray, o: DeleteRecordsPa
 def _read_delete_records_partition_result_v2(buf: Buffer, pos: int) -> tuple[DeleteRecordsPartitionResult, int]:
     partition_index, low_watermark, error_code = _F_iqh.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsPartitionResult(partition_index=partition_index, low_watermark=low_watermark, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsPartitionResult(partition_index, low_watermark, error_code), pos
 
 
 def _write_delete_records_topic_result_v2(out: bytearray, o: DeleteRecordsTopicResult) -> None:
@@ -132,15 +136,18 @@ def _write_delete_records_topic_result_v2(out: bytearray, o: DeleteRecordsTopicR
 def _read_delete_records_topic_result_v2(buf: Buffer, pos: int) -> tuple[DeleteRecordsTopicResult, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[DeleteRecordsPartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_delete_records_partition_result_v2(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsTopicResult(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsTopicResult(name, partitions), pos
 
 
 def _write_delete_records_response_v2(out: bytearray, o: DeleteRecordsResponse) -> None:
@@ -155,15 +162,18 @@ def _read_delete_records_response_v2(buf: Buffer, pos: int) -> tuple[DeleteRecor
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[DeleteRecordsTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteRecordsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_delete_records_topic_result_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteRecordsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteRecordsResponse(throttle_time_ms, topics), pos
 
 
 DeleteRecordsResponse._WRITERS = {0: _write_delete_records_response_v0, 1: _write_delete_records_response_v0, 2: _write_delete_records_response_v2}

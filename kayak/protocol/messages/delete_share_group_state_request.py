@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -63,8 +63,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition=partition), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition), pos
 
 
 def _write_delete_state_data_v0(out: bytearray, o: DeleteStateData) -> None:
@@ -78,15 +81,18 @@ def _write_delete_state_data_v0(out: bytearray, o: DeleteStateData) -> None:
 def _read_delete_state_data_v0(buf: Buffer, pos: int) -> tuple[DeleteStateData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteStateData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteStateData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteStateData(topic_id, partitions), pos
 
 
 def _write_delete_share_group_state_request_v0(out: bytearray, o: DeleteShareGroupStateRequest) -> None:
@@ -100,15 +106,18 @@ def _write_delete_share_group_state_request_v0(out: bytearray, o: DeleteShareGro
 def _read_delete_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[DeleteShareGroupStateRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[DeleteStateData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteShareGroupStateRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_delete_state_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteShareGroupStateRequest(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteShareGroupStateRequest(group_id, topics), pos
 
 
 DeleteShareGroupStateRequest._WRITERS = {0: _write_delete_share_group_state_request_v0}

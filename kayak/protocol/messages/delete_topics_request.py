@@ -15,9 +15,10 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_primitive_array,
     read_string,
     read_uuid,
@@ -65,13 +66,13 @@ def _write_delete_topics_request_v0(out: bytearray, o: DeleteTopicsRequest) -> N
 
 def _read_delete_topics_request_v0(buf: Buffer, pos: int) -> tuple[DeleteTopicsRequest, int]:
     topic_names: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsRequest.topic_names')
     topic_names, pos = read_primitive_array(buf, pos, n, read_string)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return DeleteTopicsRequest(topic_names=topic_names, timeout_ms=timeout_ms), pos
+    return DeleteTopicsRequest([], topic_names, timeout_ms), pos
 
 
 def _write_delete_topics_request_v4(out: bytearray, o: DeleteTopicsRequest) -> None:
@@ -84,14 +85,17 @@ def _write_delete_topics_request_v4(out: bytearray, o: DeleteTopicsRequest) -> N
 
 def _read_delete_topics_request_v4(buf: Buffer, pos: int) -> tuple[DeleteTopicsRequest, int]:
     topic_names: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsRequest.topic_names')
     topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicsRequest(topic_names=topic_names, timeout_ms=timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicsRequest([], topic_names, timeout_ms), pos
 
 
 def _write_delete_topic_state_v6(out: bytearray, o: DeleteTopicState) -> None:
@@ -103,8 +107,11 @@ def _write_delete_topic_state_v6(out: bytearray, o: DeleteTopicState) -> None:
 def _read_delete_topic_state_v6(buf: Buffer, pos: int) -> tuple[DeleteTopicState, int]:
     name, pos = read_compact_nullable_string(buf, pos)
     topic_id, pos = read_uuid(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicState(name=name, topic_id=topic_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicState(name, topic_id), pos
 
 
 def _write_delete_topics_request_v6(out: bytearray, o: DeleteTopicsRequest) -> None:
@@ -117,7 +124,7 @@ def _write_delete_topics_request_v6(out: bytearray, o: DeleteTopicsRequest) -> N
 
 def _read_delete_topics_request_v6(buf: Buffer, pos: int) -> tuple[DeleteTopicsRequest, int]:
     topics: list[DeleteTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsRequest.topics')
     topics = []
@@ -126,8 +133,11 @@ def _read_delete_topics_request_v6(buf: Buffer, pos: int) -> tuple[DeleteTopicsR
         topics.append(topics_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicsRequest(topics=topics, timeout_ms=timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicsRequest(topics, [], timeout_ms), pos
 
 
 DeleteTopicsRequest._WRITERS = {0: _write_delete_topics_request_v0, 1: _write_delete_topics_request_v0, 2: _write_delete_topics_request_v0, 3: _write_delete_topics_request_v0, 4: _write_delete_topics_request_v4, 5: _write_delete_topics_request_v4, 6: _write_delete_topics_request_v6}

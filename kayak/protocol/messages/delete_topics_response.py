@@ -16,9 +16,10 @@ from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
     not_null,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     read_uuid,
     skip_tagged_fields,
@@ -67,7 +68,7 @@ def _read_deletable_topic_result_v0(buf: Buffer, pos: int) -> tuple[DeletableTop
     name, pos = read_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return DeletableTopicResult(name=name, error_code=error_code), pos
+    return DeletableTopicResult(name, ZERO_UUID, error_code, None), pos
 
 
 def _write_delete_topics_response_v0(out: bytearray, o: DeleteTopicsResponse) -> None:
@@ -78,14 +79,14 @@ def _write_delete_topics_response_v0(out: bytearray, o: DeleteTopicsResponse) ->
 
 def _read_delete_topics_response_v0(buf: Buffer, pos: int) -> tuple[DeleteTopicsResponse, int]:
     responses: list[DeletableTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_deletable_topic_result_v0(buf, pos)
         responses.append(responses_item)
-    return DeleteTopicsResponse(responses=responses), pos
+    return DeleteTopicsResponse(0, responses), pos
 
 
 def _write_delete_topics_response_v1(out: bytearray, o: DeleteTopicsResponse) -> None:
@@ -99,14 +100,14 @@ def _read_delete_topics_response_v1(buf: Buffer, pos: int) -> tuple[DeleteTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[DeletableTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_deletable_topic_result_v0(buf, pos)
         responses.append(responses_item)
-    return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    return DeleteTopicsResponse(throttle_time_ms, responses), pos
 
 
 def _write_deletable_topic_result_v4(out: bytearray, o: DeletableTopicResult) -> None:
@@ -119,8 +120,11 @@ def _read_deletable_topic_result_v4(buf: Buffer, pos: int) -> tuple[DeletableTop
     name, pos = read_compact_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DeletableTopicResult(name=name, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeletableTopicResult(name, ZERO_UUID, error_code, None), pos
 
 
 def _write_delete_topics_response_v4(out: bytearray, o: DeleteTopicsResponse) -> None:
@@ -135,15 +139,18 @@ def _read_delete_topics_response_v4(buf: Buffer, pos: int) -> tuple[DeleteTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[DeletableTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_deletable_topic_result_v4(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicsResponse(throttle_time_ms, responses), pos
 
 
 def _write_deletable_topic_result_v5(out: bytearray, o: DeletableTopicResult) -> None:
@@ -158,8 +165,11 @@ def _read_deletable_topic_result_v5(buf: Buffer, pos: int) -> tuple[DeletableTop
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DeletableTopicResult(name=name, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeletableTopicResult(name, ZERO_UUID, error_code, error_message), pos
 
 
 def _write_delete_topics_response_v5(out: bytearray, o: DeleteTopicsResponse) -> None:
@@ -174,15 +184,18 @@ def _read_delete_topics_response_v5(buf: Buffer, pos: int) -> tuple[DeleteTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[DeletableTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_deletable_topic_result_v5(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicsResponse(throttle_time_ms, responses), pos
 
 
 def _write_deletable_topic_result_v6(out: bytearray, o: DeletableTopicResult) -> None:
@@ -199,8 +212,11 @@ def _read_deletable_topic_result_v6(buf: Buffer, pos: int) -> tuple[DeletableTop
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DeletableTopicResult(name=name, topic_id=topic_id, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeletableTopicResult(name, topic_id, error_code, error_message), pos
 
 
 def _write_delete_topics_response_v6(out: bytearray, o: DeleteTopicsResponse) -> None:
@@ -215,15 +231,18 @@ def _read_delete_topics_response_v6(buf: Buffer, pos: int) -> tuple[DeleteTopics
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[DeletableTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DeleteTopicsResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_deletable_topic_result_v6(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DeleteTopicsResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteTopicsResponse(throttle_time_ms, responses), pos
 
 
 DeleteTopicsResponse._WRITERS = {0: _write_delete_topics_response_v0, 1: _write_delete_topics_response_v1, 2: _write_delete_topics_response_v1, 3: _write_delete_topics_response_v1, 4: _write_delete_topics_response_v4, 5: _write_delete_topics_response_v5, 6: _write_delete_topics_response_v6}

@@ -64,7 +64,7 @@ def _read_describe_acls_request_v0(buf: Buffer, pos: int) -> tuple[DescribeAclsR
     host_filter, pos = read_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DescribeAclsRequest(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    return DescribeAclsRequest(resource_type_filter, resource_name_filter, 3, principal_filter, host_filter, operation, permission_type), pos
 
 
 def _write_describe_acls_request_v1(out: bytearray, o: DescribeAclsRequest) -> None:
@@ -86,7 +86,7 @@ def _read_describe_acls_request_v1(buf: Buffer, pos: int) -> tuple[DescribeAclsR
     host_filter, pos = read_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return DescribeAclsRequest(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, pattern_type_filter=pattern_type_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    return DescribeAclsRequest(resource_type_filter, resource_name_filter, pattern_type_filter, principal_filter, host_filter, operation, permission_type), pos
 
 
 def _write_describe_acls_request_v2(out: bytearray, o: DescribeAclsRequest) -> None:
@@ -109,8 +109,11 @@ def _read_describe_acls_request_v2(buf: Buffer, pos: int) -> tuple[DescribeAclsR
     host_filter, pos = read_compact_nullable_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeAclsRequest(resource_type_filter=resource_type_filter, resource_name_filter=resource_name_filter, pattern_type_filter=pattern_type_filter, principal_filter=principal_filter, host_filter=host_filter, operation=operation, permission_type=permission_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsRequest(resource_type_filter, resource_name_filter, pattern_type_filter, principal_filter, host_filter, operation, permission_type), pos
 
 
 DescribeAclsRequest._WRITERS = {0: _write_describe_acls_request_v0, 1: _write_describe_acls_request_v1, 2: _write_describe_acls_request_v2, 3: _write_describe_acls_request_v2}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -79,7 +80,7 @@ def _read_acl_description_v0(buf: Buffer, pos: int) -> tuple[AclDescription, int
     host, pos = read_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    return AclDescription(principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    return AclDescription(principal, host, operation, permission_type), pos
 
 
 def _write_describe_acls_resource_v0(out: bytearray, o: DescribeAclsResource) -> None:
@@ -95,14 +96,14 @@ def _read_describe_acls_resource_v0(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pos += 1
     resource_name, pos = read_string(buf, pos)
     acls: list[AclDescription]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResource.acls')
     acls = []
     for _ in range(n):
         acls_item, pos = _read_acl_description_v0(buf, pos)
         acls.append(acls_item)
-    return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, acls=acls), pos
+    return DescribeAclsResource(resource_type, resource_name, 3, acls), pos
 
 
 def _write_describe_acls_response_v0(out: bytearray, o: DescribeAclsResponse) -> None:
@@ -118,14 +119,14 @@ def _read_describe_acls_response_v0(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pos += 6
     error_message, pos = read_nullable_string(buf, pos)
     resources: list[DescribeAclsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResponse.resources')
     resources = []
     for _ in range(n):
         resources_item, pos = _read_describe_acls_resource_v0(buf, pos)
         resources.append(resources_item)
-    return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources), pos
+    return DescribeAclsResponse(throttle_time_ms, error_code, error_message, resources), pos
 
 
 def _write_describe_acls_resource_v1(out: bytearray, o: DescribeAclsResource) -> None:
@@ -144,14 +145,14 @@ def _read_describe_acls_resource_v1(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pattern_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     acls: list[AclDescription]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResource.acls')
     acls = []
     for _ in range(n):
         acls_item, pos = _read_acl_description_v0(buf, pos)
         acls.append(acls_item)
-    return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, acls=acls), pos
+    return DescribeAclsResource(resource_type, resource_name, pattern_type, acls), pos
 
 
 def _write_describe_acls_response_v1(out: bytearray, o: DescribeAclsResponse) -> None:
@@ -167,14 +168,14 @@ def _read_describe_acls_response_v1(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pos += 6
     error_message, pos = read_nullable_string(buf, pos)
     resources: list[DescribeAclsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResponse.resources')
     resources = []
     for _ in range(n):
         resources_item, pos = _read_describe_acls_resource_v1(buf, pos)
         resources.append(resources_item)
-    return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources), pos
+    return DescribeAclsResponse(throttle_time_ms, error_code, error_message, resources), pos
 
 
 def _write_acl_description_v2(out: bytearray, o: AclDescription) -> None:
@@ -189,8 +190,11 @@ def _read_acl_description_v2(buf: Buffer, pos: int) -> tuple[AclDescription, int
     host, pos = read_compact_string(buf, pos)
     operation, permission_type = _F_bb.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return AclDescription(principal=principal, host=host, operation=operation, permission_type=permission_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AclDescription(principal, host, operation, permission_type), pos
 
 
 def _write_describe_acls_resource_v2(out: bytearray, o: DescribeAclsResource) -> None:
@@ -210,15 +214,18 @@ def _read_describe_acls_resource_v2(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pattern_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     acls: list[AclDescription]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResource.acls')
     acls = []
     for _ in range(n):
         acls_item, pos = _read_acl_description_v2(buf, pos)
         acls.append(acls_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeAclsResource(resource_type=resource_type, resource_name=resource_name, pattern_type=pattern_type, acls=acls), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsResource(resource_type, resource_name, pattern_type, acls), pos
 
 
 def _write_describe_acls_response_v2(out: bytearray, o: DescribeAclsResponse) -> None:
@@ -235,15 +242,18 @@ def _read_describe_acls_response_v2(buf: Buffer, pos: int) -> tuple[DescribeAcls
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     resources: list[DescribeAclsResource]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeAclsResponse.resources')
     resources = []
     for _ in range(n):
         resources_item, pos = _read_describe_acls_resource_v2(buf, pos)
         resources.append(resources_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeAclsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, resources=resources), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsResponse(throttle_time_ms, error_code, error_message, resources), pos
 
 
 DescribeAclsResponse._WRITERS = {0: _write_describe_acls_response_v0, 1: _write_describe_acls_response_v1, 2: _write_describe_acls_response_v2, 3: _write_describe_acls_response_v2}

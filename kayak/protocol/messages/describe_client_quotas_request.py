@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -67,7 +68,7 @@ def _read_component_data_v0(buf: Buffer, pos: int) -> tuple[ComponentData, int]:
     match_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     match, pos = read_nullable_string(buf, pos)
-    return ComponentData(entity_type=entity_type, match_type=match_type, match=match), pos
+    return ComponentData(entity_type, match_type, match), pos
 
 
 def _write_describe_client_quotas_request_v0(out: bytearray, o: DescribeClientQuotasRequest) -> None:
@@ -79,7 +80,7 @@ def _write_describe_client_quotas_request_v0(out: bytearray, o: DescribeClientQu
 
 def _read_describe_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     components: list[ComponentData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeClientQuotasRequest.components')
     components = []
@@ -88,7 +89,7 @@ def _read_describe_client_quotas_request_v0(buf: Buffer, pos: int) -> tuple[Desc
         components.append(components_item)
     strict, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return DescribeClientQuotasRequest(components=components, strict=strict), pos
+    return DescribeClientQuotasRequest(components, strict), pos
 
 
 def _write_component_data_v1(out: bytearray, o: ComponentData) -> None:
@@ -103,8 +104,11 @@ def _read_component_data_v1(buf: Buffer, pos: int) -> tuple[ComponentData, int]:
     match_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     match, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ComponentData(entity_type=entity_type, match_type=match_type, match=match), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ComponentData(entity_type, match_type, match), pos
 
 
 def _write_describe_client_quotas_request_v1(out: bytearray, o: DescribeClientQuotasRequest) -> None:
@@ -117,7 +121,7 @@ def _write_describe_client_quotas_request_v1(out: bytearray, o: DescribeClientQu
 
 def _read_describe_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[DescribeClientQuotasRequest, int]:
     components: list[ComponentData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeClientQuotasRequest.components')
     components = []
@@ -126,8 +130,11 @@ def _read_describe_client_quotas_request_v1(buf: Buffer, pos: int) -> tuple[Desc
         components.append(components_item)
     strict, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClientQuotasRequest(components=components, strict=strict), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClientQuotasRequest(components, strict), pos
 
 
 DescribeClientQuotasRequest._WRITERS = {0: _write_describe_client_quotas_request_v0, 1: _write_describe_client_quotas_request_v1}

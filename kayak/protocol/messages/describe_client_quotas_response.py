@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -77,7 +78,7 @@ def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v0(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_string(buf, pos)
     entity_name, pos = read_nullable_string(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_value_data_v0(out: bytearray, o: ValueData) -> None:
@@ -89,7 +90,7 @@ def _read_value_data_v0(buf: Buffer, pos: int) -> tuple[ValueData, int]:
     key, pos = read_string(buf, pos)
     value, = _F_d.unpack_from(buf, pos)
     pos += 8
-    return ValueData(key=key, value=value), pos
+    return ValueData(key, value), pos
 
 
 def _write_entry_data_v0(out: bytearray, o: EntryData) -> None:
@@ -103,7 +104,7 @@ def _write_entry_data_v0(out: bytearray, o: EntryData) -> None:
 
 def _read_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
@@ -111,14 +112,14 @@ def _read_entry_data_v0(buf: Buffer, pos: int) -> tuple[EntryData, int]:
         entity_item, pos = _read_entity_data_v0(buf, pos)
         entity.append(entity_item)
     values: list[ValueData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.values')
     values = []
     for _ in range(n):
         values_item, pos = _read_value_data_v0(buf, pos)
         values.append(values_item)
-    return EntryData(entity=entity, values=values), pos
+    return EntryData(entity, values), pos
 
 
 def _write_describe_client_quotas_response_v0(out: bytearray, o: DescribeClientQuotasResponse) -> None:
@@ -137,7 +138,7 @@ def _read_describe_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[Des
     pos += 6
     error_message, pos = read_nullable_string(buf, pos)
     entries: list[EntryData] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         entries = None
     else:
@@ -145,7 +146,7 @@ def _read_describe_client_quotas_response_v0(buf: Buffer, pos: int) -> tuple[Des
         for _ in range(n):
             entries_item, pos = _read_entry_data_v0(buf, pos)
             entries.append(entries_item)
-    return DescribeClientQuotasResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, entries=entries), pos
+    return DescribeClientQuotasResponse(throttle_time_ms, error_code, error_message, entries), pos
 
 
 def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
@@ -157,8 +158,11 @@ def _write_entity_data_v1(out: bytearray, o: EntityData) -> None:
 def _read_entity_data_v1(buf: Buffer, pos: int) -> tuple[EntityData, int]:
     entity_type, pos = read_compact_string(buf, pos)
     entity_name, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return EntityData(entity_type=entity_type, entity_name=entity_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntityData(entity_type, entity_name), pos
 
 
 def _write_value_data_v1(out: bytearray, o: ValueData) -> None:
@@ -171,8 +175,11 @@ def _read_value_data_v1(buf: Buffer, pos: int) -> tuple[ValueData, int]:
     key, pos = read_compact_string(buf, pos)
     value, = _F_d.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return ValueData(key=key, value=value), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ValueData(key, value), pos
 
 
 def _write_entry_data_v1(out: bytearray, o: EntryData) -> None:
@@ -187,7 +194,7 @@ def _write_entry_data_v1(out: bytearray, o: EntryData) -> None:
 
 def _read_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
     entity: list[EntityData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.entity')
     entity = []
@@ -195,15 +202,18 @@ def _read_entry_data_v1(buf: Buffer, pos: int) -> tuple[EntryData, int]:
         entity_item, pos = _read_entity_data_v1(buf, pos)
         entity.append(entity_item)
     values: list[ValueData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EntryData.values')
     values = []
     for _ in range(n):
         values_item, pos = _read_value_data_v1(buf, pos)
         values.append(values_item)
-    pos = skip_tagged_fields(buf, pos)
-    return EntryData(entity=entity, values=values), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EntryData(entity, values), pos
 
 
 def _write_describe_client_quotas_response_v1(out: bytearray, o: DescribeClientQuotasResponse) -> None:
@@ -223,7 +233,7 @@ def _read_describe_client_quotas_response_v1(buf: Buffer, pos: int) -> tuple[Des
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     entries: list[EntryData] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         entries = None
     else:
@@ -231,8 +241,11 @@ def _read_describe_client_quotas_response_v1(buf: Buffer, pos: int) -> tuple[Des
         for _ in range(n):
             entries_item, pos = _read_entry_data_v1(buf, pos)
             entries.append(entries_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClientQuotasResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, entries=entries), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClientQuotasResponse(throttle_time_ms, error_code, error_message, entries), pos
 
 
 DescribeClientQuotasResponse._WRITERS = {0: _write_describe_client_quotas_response_v0, 1: _write_describe_client_quotas_response_v1}

@@ -47,8 +47,11 @@ def _write_describe_cluster_request_v0(out: bytearray, o: DescribeClusterRequest
 def _read_describe_cluster_request_v0(buf: Buffer, pos: int) -> tuple[DescribeClusterRequest, int]:
     include_cluster_authorized_operations, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClusterRequest(include_cluster_authorized_operations=include_cluster_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClusterRequest(include_cluster_authorized_operations, 1), pos
 
 
 def _write_describe_cluster_request_v1(out: bytearray, o: DescribeClusterRequest) -> None:
@@ -59,8 +62,11 @@ def _write_describe_cluster_request_v1(out: bytearray, o: DescribeClusterRequest
 def _read_describe_cluster_request_v1(buf: Buffer, pos: int) -> tuple[DescribeClusterRequest, int]:
     include_cluster_authorized_operations, endpoint_type = _F_ob.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClusterRequest(include_cluster_authorized_operations=include_cluster_authorized_operations, endpoint_type=endpoint_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClusterRequest(include_cluster_authorized_operations, endpoint_type), pos
 
 
 DescribeClusterRequest._WRITERS = {0: _write_describe_cluster_request_v0, 1: _write_describe_cluster_request_v1}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -75,8 +75,11 @@ def _read_describe_cluster_broker_v0(buf: Buffer, pos: int) -> tuple[DescribeClu
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClusterBroker(broker_id=broker_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClusterBroker(broker_id, host, port, rack), pos
 
 
 def _write_describe_cluster_response_v0(out: bytearray, o: DescribeClusterResponse) -> None:
@@ -99,7 +102,7 @@ def _read_describe_cluster_response_v0(buf: Buffer, pos: int) -> tuple[DescribeC
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[DescribeClusterBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeClusterResponse.brokers')
     brokers = []
@@ -108,8 +111,11 @@ def _read_describe_cluster_response_v0(buf: Buffer, pos: int) -> tuple[DescribeC
         brokers.append(brokers_item)
     cluster_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClusterResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, cluster_id=cluster_id, controller_id=controller_id, brokers=brokers, cluster_authorized_operations=cluster_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClusterResponse(throttle_time_ms, error_code, error_message, 1, cluster_id, controller_id, brokers, cluster_authorized_operations), pos
 
 
 def _write_describe_cluster_response_v1(out: bytearray, o: DescribeClusterResponse) -> None:
@@ -135,7 +141,7 @@ def _read_describe_cluster_response_v1(buf: Buffer, pos: int) -> tuple[DescribeC
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[DescribeClusterBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeClusterResponse.brokers')
     brokers = []
@@ -144,8 +150,11 @@ def _read_describe_cluster_response_v1(buf: Buffer, pos: int) -> tuple[DescribeC
         brokers.append(brokers_item)
     cluster_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeClusterResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, endpoint_type=endpoint_type, cluster_id=cluster_id, controller_id=controller_id, brokers=brokers, cluster_authorized_operations=cluster_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeClusterResponse(throttle_time_ms, error_code, error_message, endpoint_type, cluster_id, controller_id, brokers, cluster_authorized_operations), pos
 
 
 DescribeClusterResponse._WRITERS = {0: _write_describe_cluster_response_v0, 1: _write_describe_cluster_response_v1}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_primitive_array,
     read_string,
     skip_tagged_fields,
@@ -71,12 +72,12 @@ def _read_describe_configs_resource_v0(buf: Buffer, pos: int) -> tuple[DescribeC
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configuration_keys: list[str] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         configuration_keys = None
     else:
         configuration_keys, pos = read_primitive_array(buf, pos, n, read_string)
-    return DescribeConfigsResource(resource_type=resource_type, resource_name=resource_name, configuration_keys=configuration_keys), pos
+    return DescribeConfigsResource(resource_type, resource_name, configuration_keys), pos
 
 
 def _write_describe_configs_request_v0(out: bytearray, o: DescribeConfigsRequest) -> None:
@@ -87,14 +88,14 @@ def _write_describe_configs_request_v0(out: bytearray, o: DescribeConfigsRequest
 
 def _read_describe_configs_request_v0(buf: Buffer, pos: int) -> tuple[DescribeConfigsRequest, int]:
     resources: list[DescribeConfigsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsRequest.resources')
     resources = []
     for _ in range(n):
         resources_item, pos = _read_describe_configs_resource_v0(buf, pos)
         resources.append(resources_item)
-    return DescribeConfigsRequest(resources=resources), pos
+    return DescribeConfigsRequest(resources, False, False), pos
 
 
 def _write_describe_configs_request_v1(out: bytearray, o: DescribeConfigsRequest) -> None:
@@ -106,7 +107,7 @@ def _write_describe_configs_request_v1(out: bytearray, o: DescribeConfigsRequest
 
 def _read_describe_configs_request_v1(buf: Buffer, pos: int) -> tuple[DescribeConfigsRequest, int]:
     resources: list[DescribeConfigsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsRequest.resources')
     resources = []
@@ -115,7 +116,7 @@ def _read_describe_configs_request_v1(buf: Buffer, pos: int) -> tuple[DescribeCo
         resources.append(resources_item)
     include_synonyms, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms), pos
+    return DescribeConfigsRequest(resources, include_synonyms, False), pos
 
 
 def _write_describe_configs_request_v3(out: bytearray, o: DescribeConfigsRequest) -> None:
@@ -127,7 +128,7 @@ def _write_describe_configs_request_v3(out: bytearray, o: DescribeConfigsRequest
 
 def _read_describe_configs_request_v3(buf: Buffer, pos: int) -> tuple[DescribeConfigsRequest, int]:
     resources: list[DescribeConfigsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsRequest.resources')
     resources = []
@@ -136,7 +137,7 @@ def _read_describe_configs_request_v3(buf: Buffer, pos: int) -> tuple[DescribeCo
         resources.append(resources_item)
     include_synonyms, include_documentation = _F_oo.unpack_from(buf, pos)
     pos += 2
-    return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms, include_documentation=include_documentation), pos
+    return DescribeConfigsRequest(resources, include_synonyms, include_documentation), pos
 
 
 def _write_describe_configs_resource_v4(out: bytearray, o: DescribeConfigsResource) -> None:
@@ -156,13 +157,16 @@ def _read_describe_configs_resource_v4(buf: Buffer, pos: int) -> tuple[DescribeC
     pos += 1
     resource_name, pos = read_compact_string(buf, pos)
     configuration_keys: list[str] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         configuration_keys = None
     else:
         configuration_keys, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsResource(resource_type=resource_type, resource_name=resource_name, configuration_keys=configuration_keys), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsResource(resource_type, resource_name, configuration_keys), pos
 
 
 def _write_describe_configs_request_v4(out: bytearray, o: DescribeConfigsRequest) -> None:
@@ -175,7 +179,7 @@ def _write_describe_configs_request_v4(out: bytearray, o: DescribeConfigsRequest
 
 def _read_describe_configs_request_v4(buf: Buffer, pos: int) -> tuple[DescribeConfigsRequest, int]:
     resources: list[DescribeConfigsResource]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsRequest.resources')
     resources = []
@@ -184,8 +188,11 @@ def _read_describe_configs_request_v4(buf: Buffer, pos: int) -> tuple[DescribeCo
         resources.append(resources_item)
     include_synonyms, include_documentation = _F_oo.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsRequest(resources=resources, include_synonyms=include_synonyms, include_documentation=include_documentation), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsRequest(resources, include_synonyms, include_documentation), pos
 
 
 DescribeConfigsRequest._WRITERS = {0: _write_describe_configs_request_v0, 1: _write_describe_configs_request_v1, 2: _write_describe_configs_request_v1, 3: _write_describe_configs_request_v3, 4: _write_describe_configs_request_v4}

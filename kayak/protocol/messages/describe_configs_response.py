@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -92,7 +93,7 @@ def _read_describe_configs_resource_result_v0(buf: Buffer, pos: int) -> tuple[De
     value, pos = read_nullable_string(buf, pos)
     read_only, is_default, is_sensitive = _F_ooo.unpack_from(buf, pos)
     pos += 3
-    return DescribeConfigsResourceResult(name=name, value=value, read_only=read_only, is_default=is_default, is_sensitive=is_sensitive), pos
+    return DescribeConfigsResourceResult(name, value, read_only, is_default, -1, is_sensitive, [], 0, ''), pos
 
 
 def _write_describe_configs_result_v0(out: bytearray, o: DescribeConfigsResult) -> None:
@@ -113,14 +114,14 @@ def _read_describe_configs_result_v0(buf: Buffer, pos: int) -> tuple[DescribeCon
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configs: list[DescribeConfigsResourceResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResult.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_describe_configs_resource_result_v0(buf, pos)
         configs.append(configs_item)
-    return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    return DescribeConfigsResult(error_code, error_message, resource_type, resource_name, configs), pos
 
 
 def _write_describe_configs_response_v0(out: bytearray, o: DescribeConfigsResponse) -> None:
@@ -134,14 +135,14 @@ def _read_describe_configs_response_v0(buf: Buffer, pos: int) -> tuple[DescribeC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeConfigsResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_configs_result_v0(buf, pos)
         results.append(results_item)
-    return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return DescribeConfigsResponse(throttle_time_ms, results), pos
 
 
 def _write_describe_configs_synonym_v1(out: bytearray, o: DescribeConfigsSynonym) -> None:
@@ -155,7 +156,7 @@ def _read_describe_configs_synonym_v1(buf: Buffer, pos: int) -> tuple[DescribeCo
     value, pos = read_nullable_string(buf, pos)
     source, = _F_b.unpack_from(buf, pos)
     pos += 1
-    return DescribeConfigsSynonym(name=name, value=value, source=source), pos
+    return DescribeConfigsSynonym(name, value, source), pos
 
 
 def _write_describe_configs_resource_result_v1(out: bytearray, o: DescribeConfigsResourceResult) -> None:
@@ -173,14 +174,14 @@ def _read_describe_configs_resource_result_v1(buf: Buffer, pos: int) -> tuple[De
     read_only, config_source, is_sensitive = _F_obo.unpack_from(buf, pos)
     pos += 3
     synonyms: list[DescribeConfigsSynonym]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResourceResult.synonyms')
     synonyms = []
     for _ in range(n):
         synonyms_item, pos = _read_describe_configs_synonym_v1(buf, pos)
         synonyms.append(synonyms_item)
-    return DescribeConfigsResourceResult(name=name, value=value, read_only=read_only, config_source=config_source, is_sensitive=is_sensitive, synonyms=synonyms), pos
+    return DescribeConfigsResourceResult(name, value, read_only, False, config_source, is_sensitive, synonyms, 0, ''), pos
 
 
 def _write_describe_configs_result_v1(out: bytearray, o: DescribeConfigsResult) -> None:
@@ -201,14 +202,14 @@ def _read_describe_configs_result_v1(buf: Buffer, pos: int) -> tuple[DescribeCon
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configs: list[DescribeConfigsResourceResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResult.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_describe_configs_resource_result_v1(buf, pos)
         configs.append(configs_item)
-    return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    return DescribeConfigsResult(error_code, error_message, resource_type, resource_name, configs), pos
 
 
 def _write_describe_configs_response_v1(out: bytearray, o: DescribeConfigsResponse) -> None:
@@ -222,14 +223,14 @@ def _read_describe_configs_response_v1(buf: Buffer, pos: int) -> tuple[DescribeC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeConfigsResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_configs_result_v1(buf, pos)
         results.append(results_item)
-    return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return DescribeConfigsResponse(throttle_time_ms, results), pos
 
 
 def _write_describe_configs_resource_result_v3(out: bytearray, o: DescribeConfigsResourceResult) -> None:
@@ -249,7 +250,7 @@ def _read_describe_configs_resource_result_v3(buf: Buffer, pos: int) -> tuple[De
     read_only, config_source, is_sensitive = _F_obo.unpack_from(buf, pos)
     pos += 3
     synonyms: list[DescribeConfigsSynonym]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResourceResult.synonyms')
     synonyms = []
@@ -259,7 +260,7 @@ def _read_describe_configs_resource_result_v3(buf: Buffer, pos: int) -> tuple[De
     config_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     documentation, pos = read_nullable_string(buf, pos)
-    return DescribeConfigsResourceResult(name=name, value=value, read_only=read_only, config_source=config_source, is_sensitive=is_sensitive, synonyms=synonyms, config_type=config_type, documentation=documentation), pos
+    return DescribeConfigsResourceResult(name, value, read_only, False, config_source, is_sensitive, synonyms, config_type, documentation), pos
 
 
 def _write_describe_configs_result_v3(out: bytearray, o: DescribeConfigsResult) -> None:
@@ -280,14 +281,14 @@ def _read_describe_configs_result_v3(buf: Buffer, pos: int) -> tuple[DescribeCon
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configs: list[DescribeConfigsResourceResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResult.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_describe_configs_resource_result_v3(buf, pos)
         configs.append(configs_item)
-    return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    return DescribeConfigsResult(error_code, error_message, resource_type, resource_name, configs), pos
 
 
 def _write_describe_configs_response_v3(out: bytearray, o: DescribeConfigsResponse) -> None:
@@ -301,14 +302,14 @@ def _read_describe_configs_response_v3(buf: Buffer, pos: int) -> tuple[DescribeC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeConfigsResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_configs_result_v3(buf, pos)
         results.append(results_item)
-    return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return DescribeConfigsResponse(throttle_time_ms, results), pos
 
 
 def _write_describe_configs_synonym_v4(out: bytearray, o: DescribeConfigsSynonym) -> None:
@@ -323,8 +324,11 @@ def _read_describe_configs_synonym_v4(buf: Buffer, pos: int) -> tuple[DescribeCo
     value, pos = read_compact_nullable_string(buf, pos)
     source, = _F_b.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsSynonym(name=name, value=value, source=source), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsSynonym(name, value, source), pos
 
 
 def _write_describe_configs_resource_result_v4(out: bytearray, o: DescribeConfigsResourceResult) -> None:
@@ -345,7 +349,7 @@ def _read_describe_configs_resource_result_v4(buf: Buffer, pos: int) -> tuple[De
     read_only, config_source, is_sensitive = _F_obo.unpack_from(buf, pos)
     pos += 3
     synonyms: list[DescribeConfigsSynonym]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResourceResult.synonyms')
     synonyms = []
@@ -355,8 +359,11 @@ def _read_describe_configs_resource_result_v4(buf: Buffer, pos: int) -> tuple[De
     config_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     documentation, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsResourceResult(name=name, value=value, read_only=read_only, config_source=config_source, is_sensitive=is_sensitive, synonyms=synonyms, config_type=config_type, documentation=documentation), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsResourceResult(name, value, read_only, False, config_source, is_sensitive, synonyms, config_type, documentation), pos
 
 
 def _write_describe_configs_result_v4(out: bytearray, o: DescribeConfigsResult) -> None:
@@ -378,15 +385,18 @@ def _read_describe_configs_result_v4(buf: Buffer, pos: int) -> tuple[DescribeCon
     pos += 1
     resource_name, pos = read_compact_string(buf, pos)
     configs: list[DescribeConfigsResourceResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResult.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_describe_configs_resource_result_v4(buf, pos)
         configs.append(configs_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsResult(error_code=error_code, error_message=error_message, resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsResult(error_code, error_message, resource_type, resource_name, configs), pos
 
 
 def _write_describe_configs_response_v4(out: bytearray, o: DescribeConfigsResponse) -> None:
@@ -401,15 +411,18 @@ def _read_describe_configs_response_v4(buf: Buffer, pos: int) -> tuple[DescribeC
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeConfigsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeConfigsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_configs_result_v4(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeConfigsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeConfigsResponse(throttle_time_ms, results), pos
 
 
 DescribeConfigsResponse._WRITERS = {0: _write_describe_configs_response_v0, 1: _write_describe_configs_response_v1, 2: _write_describe_configs_response_v1, 3: _write_describe_configs_response_v3, 4: _write_describe_configs_response_v4}

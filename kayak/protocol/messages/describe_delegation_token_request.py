@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -54,7 +55,7 @@ def _write_describe_delegation_token_owner_v0(out: bytearray, o: DescribeDelegat
 def _read_describe_delegation_token_owner_v0(buf: Buffer, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     principal_type, pos = read_string(buf, pos)
     principal_name, pos = read_string(buf, pos)
-    return DescribeDelegationTokenOwner(principal_type=principal_type, principal_name=principal_name), pos
+    return DescribeDelegationTokenOwner(principal_type, principal_name), pos
 
 
 def _write_describe_delegation_token_request_v0(out: bytearray, o: DescribeDelegationTokenRequest) -> None:
@@ -68,7 +69,7 @@ def _write_describe_delegation_token_request_v0(out: bytearray, o: DescribeDeleg
 
 def _read_describe_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     owners: list[DescribeDelegationTokenOwner] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         owners = None
     else:
@@ -76,7 +77,7 @@ def _read_describe_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[D
         for _ in range(n):
             owners_item, pos = _read_describe_delegation_token_owner_v0(buf, pos)
             owners.append(owners_item)
-    return DescribeDelegationTokenRequest(owners=owners), pos
+    return DescribeDelegationTokenRequest(owners), pos
 
 
 def _write_describe_delegation_token_owner_v2(out: bytearray, o: DescribeDelegationTokenOwner) -> None:
@@ -88,8 +89,11 @@ def _write_describe_delegation_token_owner_v2(out: bytearray, o: DescribeDelegat
 def _read_describe_delegation_token_owner_v2(buf: Buffer, pos: int) -> tuple[DescribeDelegationTokenOwner, int]:
     principal_type, pos = read_compact_string(buf, pos)
     principal_name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeDelegationTokenOwner(principal_type=principal_type, principal_name=principal_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeDelegationTokenOwner(principal_type, principal_name), pos
 
 
 def _write_describe_delegation_token_request_v2(out: bytearray, o: DescribeDelegationTokenRequest) -> None:
@@ -104,7 +108,7 @@ def _write_describe_delegation_token_request_v2(out: bytearray, o: DescribeDeleg
 
 def _read_describe_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[DescribeDelegationTokenRequest, int]:
     owners: list[DescribeDelegationTokenOwner] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         owners = None
     else:
@@ -112,8 +116,11 @@ def _read_describe_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[D
         for _ in range(n):
             owners_item, pos = _read_describe_delegation_token_owner_v2(buf, pos)
             owners.append(owners_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeDelegationTokenRequest(owners=owners), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeDelegationTokenRequest(owners), pos
 
 
 DescribeDelegationTokenRequest._WRITERS = {0: _write_describe_delegation_token_request_v0, 1: _write_describe_delegation_token_request_v0, 2: _write_describe_delegation_token_request_v2, 3: _write_describe_delegation_token_request_v2}

@@ -14,10 +14,11 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -79,7 +80,7 @@ def _write_described_delegation_token_renewer_v0(out: bytearray, o: DescribedDel
 def _read_described_delegation_token_renewer_v0(buf: Buffer, pos: int) -> tuple[DescribedDelegationTokenRenewer, int]:
     principal_type, pos = read_string(buf, pos)
     principal_name, pos = read_string(buf, pos)
-    return DescribedDelegationTokenRenewer(principal_type=principal_type, principal_name=principal_name), pos
+    return DescribedDelegationTokenRenewer(principal_type, principal_name), pos
 
 
 def _write_described_delegation_token_v0(out: bytearray, o: DescribedDelegationToken) -> None:
@@ -101,14 +102,14 @@ def _read_described_delegation_token_v0(buf: Buffer, pos: int) -> tuple[Describe
     token_id, pos = read_string(buf, pos)
     hmac, pos = read_bytes(buf, pos)
     renewers: list[DescribedDelegationTokenRenewer]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedDelegationToken.renewers')
     renewers = []
     for _ in range(n):
         renewers_item, pos = _read_described_delegation_token_renewer_v0(buf, pos)
         renewers.append(renewers_item)
-    return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers), pos
+    return DescribedDelegationToken(principal_type, principal_name, '', '', issue_timestamp, expiry_timestamp, max_timestamp, token_id, hmac, renewers), pos
 
 
 def _write_describe_delegation_token_response_v0(out: bytearray, o: DescribeDelegationTokenResponse) -> None:
@@ -123,7 +124,7 @@ def _read_describe_delegation_token_response_v0(buf: Buffer, pos: int) -> tuple[
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     tokens: list[DescribedDelegationToken]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeDelegationTokenResponse.tokens')
     tokens = []
@@ -132,7 +133,7 @@ def _read_describe_delegation_token_response_v0(buf: Buffer, pos: int) -> tuple[
         tokens.append(tokens_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return DescribeDelegationTokenResponse(error_code=error_code, tokens=tokens, throttle_time_ms=throttle_time_ms), pos
+    return DescribeDelegationTokenResponse(error_code, tokens, throttle_time_ms), pos
 
 
 def _write_described_delegation_token_renewer_v2(out: bytearray, o: DescribedDelegationTokenRenewer) -> None:
@@ -144,8 +145,11 @@ def _write_described_delegation_token_renewer_v2(out: bytearray, o: DescribedDel
 def _read_described_delegation_token_renewer_v2(buf: Buffer, pos: int) -> tuple[DescribedDelegationTokenRenewer, int]:
     principal_type, pos = read_compact_string(buf, pos)
     principal_name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedDelegationTokenRenewer(principal_type=principal_type, principal_name=principal_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedDelegationTokenRenewer(principal_type, principal_name), pos
 
 
 def _write_described_delegation_token_v2(out: bytearray, o: DescribedDelegationToken) -> None:
@@ -168,15 +172,18 @@ def _read_described_delegation_token_v2(buf: Buffer, pos: int) -> tuple[Describe
     token_id, pos = read_compact_string(buf, pos)
     hmac, pos = read_compact_bytes(buf, pos)
     renewers: list[DescribedDelegationTokenRenewer]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedDelegationToken.renewers')
     renewers = []
     for _ in range(n):
         renewers_item, pos = _read_described_delegation_token_renewer_v2(buf, pos)
         renewers.append(renewers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedDelegationToken(principal_type, principal_name, '', '', issue_timestamp, expiry_timestamp, max_timestamp, token_id, hmac, renewers), pos
 
 
 def _write_describe_delegation_token_response_v2(out: bytearray, o: DescribeDelegationTokenResponse) -> None:
@@ -192,7 +199,7 @@ def _read_describe_delegation_token_response_v2(buf: Buffer, pos: int) -> tuple[
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     tokens: list[DescribedDelegationToken]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeDelegationTokenResponse.tokens')
     tokens = []
@@ -201,8 +208,11 @@ def _read_describe_delegation_token_response_v2(buf: Buffer, pos: int) -> tuple[
         tokens.append(tokens_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeDelegationTokenResponse(error_code=error_code, tokens=tokens, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeDelegationTokenResponse(error_code, tokens, throttle_time_ms), pos
 
 
 def _write_described_delegation_token_v3(out: bytearray, o: DescribedDelegationToken) -> None:
@@ -229,15 +239,18 @@ def _read_described_delegation_token_v3(buf: Buffer, pos: int) -> tuple[Describe
     token_id, pos = read_compact_string(buf, pos)
     hmac, pos = read_compact_bytes(buf, pos)
     renewers: list[DescribedDelegationTokenRenewer]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedDelegationToken.renewers')
     renewers = []
     for _ in range(n):
         renewers_item, pos = _read_described_delegation_token_renewer_v2(buf, pos)
         renewers.append(renewers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedDelegationToken(principal_type=principal_type, principal_name=principal_name, token_requester_principal_type=token_requester_principal_type, token_requester_principal_name=token_requester_principal_name, issue_timestamp=issue_timestamp, expiry_timestamp=expiry_timestamp, max_timestamp=max_timestamp, token_id=token_id, hmac=hmac, renewers=renewers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedDelegationToken(principal_type, principal_name, token_requester_principal_type, token_requester_principal_name, issue_timestamp, expiry_timestamp, max_timestamp, token_id, hmac, renewers), pos
 
 
 def _write_describe_delegation_token_response_v3(out: bytearray, o: DescribeDelegationTokenResponse) -> None:
@@ -253,7 +266,7 @@ def _read_describe_delegation_token_response_v3(buf: Buffer, pos: int) -> tuple[
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     tokens: list[DescribedDelegationToken]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeDelegationTokenResponse.tokens')
     tokens = []
@@ -262,8 +275,11 @@ def _read_describe_delegation_token_response_v3(buf: Buffer, pos: int) -> tuple[
         tokens.append(tokens_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeDelegationTokenResponse(error_code=error_code, tokens=tokens, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeDelegationTokenResponse(error_code, tokens, throttle_time_ms), pos
 
 
 DescribeDelegationTokenResponse._WRITERS = {0: _write_describe_delegation_token_response_v0, 1: _write_describe_delegation_token_response_v0, 2: _write_describe_delegation_token_response_v2, 3: _write_describe_delegation_token_response_v3}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_primitive_array,
     read_string,
     skip_tagged_fields,
@@ -53,11 +54,11 @@ def _write_describe_groups_request_v0(out: bytearray, o: DescribeGroupsRequest) 
 
 def _read_describe_groups_request_v0(buf: Buffer, pos: int) -> tuple[DescribeGroupsRequest, int]:
     groups: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsRequest.groups')
     groups, pos = read_primitive_array(buf, pos, n, read_string)
-    return DescribeGroupsRequest(groups=groups), pos
+    return DescribeGroupsRequest(groups, False), pos
 
 
 def _write_describe_groups_request_v3(out: bytearray, o: DescribeGroupsRequest) -> None:
@@ -69,13 +70,13 @@ def _write_describe_groups_request_v3(out: bytearray, o: DescribeGroupsRequest) 
 
 def _read_describe_groups_request_v3(buf: Buffer, pos: int) -> tuple[DescribeGroupsRequest, int]:
     groups: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsRequest.groups')
     groups, pos = read_primitive_array(buf, pos, n, read_string)
     include_authorized_operations, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return DescribeGroupsRequest(groups=groups, include_authorized_operations=include_authorized_operations), pos
+    return DescribeGroupsRequest(groups, include_authorized_operations), pos
 
 
 def _write_describe_groups_request_v5(out: bytearray, o: DescribeGroupsRequest) -> None:
@@ -88,14 +89,17 @@ def _write_describe_groups_request_v5(out: bytearray, o: DescribeGroupsRequest) 
 
 def _read_describe_groups_request_v5(buf: Buffer, pos: int) -> tuple[DescribeGroupsRequest, int]:
     groups: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsRequest.groups')
     groups, pos = read_primitive_array(buf, pos, n, read_compact_string)
     include_authorized_operations, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeGroupsRequest(groups=groups, include_authorized_operations=include_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeGroupsRequest(groups, include_authorized_operations), pos
 
 
 DescribeGroupsRequest._WRITERS = {0: _write_describe_groups_request_v0, 1: _write_describe_groups_request_v0, 2: _write_describe_groups_request_v0, 3: _write_describe_groups_request_v3, 4: _write_describe_groups_request_v3, 5: _write_describe_groups_request_v5}

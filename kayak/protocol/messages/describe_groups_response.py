@@ -14,11 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -88,7 +89,7 @@ def _read_described_group_member_v0(buf: Buffer, pos: int) -> tuple[DescribedGro
     client_host, pos = read_string(buf, pos)
     member_metadata, pos = read_bytes(buf, pos)
     member_assignment, pos = read_bytes(buf, pos)
-    return DescribedGroupMember(member_id=member_id, client_id=client_id, client_host=client_host, member_metadata=member_metadata, member_assignment=member_assignment), pos
+    return DescribedGroupMember(member_id, None, client_id, client_host, member_metadata, member_assignment), pos
 
 
 def _write_described_group_v0(out: bytearray, o: DescribedGroup) -> None:
@@ -110,14 +111,14 @@ def _read_described_group_v0(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
     protocol_type, pos = read_string(buf, pos)
     protocol_data, pos = read_string(buf, pos)
     members: list[DescribedGroupMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedGroup.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_described_group_member_v0(buf, pos)
         members.append(members_item)
-    return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members), pos
+    return DescribedGroup(error_code, group_id, group_state, protocol_type, protocol_data, members, -2147483648), pos
 
 
 def _write_describe_groups_response_v0(out: bytearray, o: DescribeGroupsResponse) -> None:
@@ -128,14 +129,14 @@ def _write_describe_groups_response_v0(out: bytearray, o: DescribeGroupsResponse
 
 def _read_describe_groups_response_v0(buf: Buffer, pos: int) -> tuple[DescribeGroupsResponse, int]:
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v0(buf, pos)
         groups.append(groups_item)
-    return DescribeGroupsResponse(groups=groups), pos
+    return DescribeGroupsResponse(0, groups), pos
 
 
 def _write_describe_groups_response_v1(out: bytearray, o: DescribeGroupsResponse) -> None:
@@ -149,14 +150,14 @@ def _read_describe_groups_response_v1(buf: Buffer, pos: int) -> tuple[DescribeGr
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v0(buf, pos)
         groups.append(groups_item)
-    return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    return DescribeGroupsResponse(throttle_time_ms, groups), pos
 
 
 def _write_described_group_v3(out: bytearray, o: DescribedGroup) -> None:
@@ -179,7 +180,7 @@ def _read_described_group_v3(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
     protocol_type, pos = read_string(buf, pos)
     protocol_data, pos = read_string(buf, pos)
     members: list[DescribedGroupMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedGroup.members')
     members = []
@@ -188,7 +189,7 @@ def _read_described_group_v3(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
         members.append(members_item)
     authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members, authorized_operations=authorized_operations), pos
+    return DescribedGroup(error_code, group_id, group_state, protocol_type, protocol_data, members, authorized_operations), pos
 
 
 def _write_describe_groups_response_v3(out: bytearray, o: DescribeGroupsResponse) -> None:
@@ -202,14 +203,14 @@ def _read_describe_groups_response_v3(buf: Buffer, pos: int) -> tuple[DescribeGr
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v3(buf, pos)
         groups.append(groups_item)
-    return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    return DescribeGroupsResponse(throttle_time_ms, groups), pos
 
 
 def _write_described_group_member_v4(out: bytearray, o: DescribedGroupMember) -> None:
@@ -228,7 +229,7 @@ def _read_described_group_member_v4(buf: Buffer, pos: int) -> tuple[DescribedGro
     client_host, pos = read_string(buf, pos)
     member_metadata, pos = read_bytes(buf, pos)
     member_assignment, pos = read_bytes(buf, pos)
-    return DescribedGroupMember(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host, member_metadata=member_metadata, member_assignment=member_assignment), pos
+    return DescribedGroupMember(member_id, group_instance_id, client_id, client_host, member_metadata, member_assignment), pos
 
 
 def _write_described_group_v4(out: bytearray, o: DescribedGroup) -> None:
@@ -251,7 +252,7 @@ def _read_described_group_v4(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
     protocol_type, pos = read_string(buf, pos)
     protocol_data, pos = read_string(buf, pos)
     members: list[DescribedGroupMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedGroup.members')
     members = []
@@ -260,7 +261,7 @@ def _read_described_group_v4(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
         members.append(members_item)
     authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members, authorized_operations=authorized_operations), pos
+    return DescribedGroup(error_code, group_id, group_state, protocol_type, protocol_data, members, authorized_operations), pos
 
 
 def _write_describe_groups_response_v4(out: bytearray, o: DescribeGroupsResponse) -> None:
@@ -274,14 +275,14 @@ def _read_describe_groups_response_v4(buf: Buffer, pos: int) -> tuple[DescribeGr
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v4(buf, pos)
         groups.append(groups_item)
-    return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    return DescribeGroupsResponse(throttle_time_ms, groups), pos
 
 
 def _write_described_group_member_v5(out: bytearray, o: DescribedGroupMember) -> None:
@@ -301,8 +302,11 @@ def _read_described_group_member_v5(buf: Buffer, pos: int) -> tuple[DescribedGro
     client_host, pos = read_compact_string(buf, pos)
     member_metadata, pos = read_compact_bytes(buf, pos)
     member_assignment, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedGroupMember(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host, member_metadata=member_metadata, member_assignment=member_assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedGroupMember(member_id, group_instance_id, client_id, client_host, member_metadata, member_assignment), pos
 
 
 def _write_described_group_v5(out: bytearray, o: DescribedGroup) -> None:
@@ -326,7 +330,7 @@ def _read_described_group_v5(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
     protocol_type, pos = read_compact_string(buf, pos)
     protocol_data, pos = read_compact_string(buf, pos)
     members: list[DescribedGroupMember]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribedGroup.members')
     members = []
@@ -335,8 +339,11 @@ def _read_described_group_v5(buf: Buffer, pos: int) -> tuple[DescribedGroup, int
         members.append(members_item)
     authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribedGroup(error_code=error_code, group_id=group_id, group_state=group_state, protocol_type=protocol_type, protocol_data=protocol_data, members=members, authorized_operations=authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribedGroup(error_code, group_id, group_state, protocol_type, protocol_data, members, authorized_operations), pos
 
 
 def _write_describe_groups_response_v5(out: bytearray, o: DescribeGroupsResponse) -> None:
@@ -351,15 +358,18 @@ def _read_describe_groups_response_v5(buf: Buffer, pos: int) -> tuple[DescribeGr
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[DescribedGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_described_group_v5(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeGroupsResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeGroupsResponse(throttle_time_ms, groups), pos
 
 
 DescribeGroupsResponse._WRITERS = {0: _write_describe_groups_response_v0, 1: _write_describe_groups_response_v1, 2: _write_describe_groups_response_v1, 3: _write_describe_groups_response_v3, 4: _write_describe_groups_response_v4, 5: _write_describe_groups_response_v5}

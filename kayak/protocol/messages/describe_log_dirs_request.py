@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -57,11 +57,8 @@ def _write_describable_log_dir_topic_v0(out: bytearray, o: DescribableLogDirTopi
 def _read_describable_log_dir_topic_v0(buf: Buffer, pos: int) -> tuple[DescribableLogDirTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array DescribableLogDirTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return DescribableLogDirTopic(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return DescribableLogDirTopic(topic, partitions), pos
 
 
 def _write_describe_log_dirs_request_v0(out: bytearray, o: DescribeLogDirsRequest) -> None:
@@ -75,7 +72,7 @@ def _write_describe_log_dirs_request_v0(out: bytearray, o: DescribeLogDirsReques
 
 def _read_describe_log_dirs_request_v0(buf: Buffer, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     topics: list[DescribableLogDirTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -83,7 +80,7 @@ def _read_describe_log_dirs_request_v0(buf: Buffer, pos: int) -> tuple[DescribeL
         for _ in range(n):
             topics_item, pos = _read_describable_log_dir_topic_v0(buf, pos)
             topics.append(topics_item)
-    return DescribeLogDirsRequest(topics=topics), pos
+    return DescribeLogDirsRequest(topics), pos
 
 
 def _write_describable_log_dir_topic_v2(out: bytearray, o: DescribableLogDirTopic) -> None:
@@ -96,12 +93,12 @@ def _write_describable_log_dir_topic_v2(out: bytearray, o: DescribableLogDirTopi
 def _read_describable_log_dir_topic_v2(buf: Buffer, pos: int) -> tuple[DescribableLogDirTopic, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array DescribableLogDirTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribableLogDirTopic(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribableLogDirTopic(topic, partitions), pos
 
 
 def _write_describe_log_dirs_request_v2(out: bytearray, o: DescribeLogDirsRequest) -> None:
@@ -116,7 +113,7 @@ def _write_describe_log_dirs_request_v2(out: bytearray, o: DescribeLogDirsReques
 
 def _read_describe_log_dirs_request_v2(buf: Buffer, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     topics: list[DescribableLogDirTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -124,8 +121,11 @@ def _read_describe_log_dirs_request_v2(buf: Buffer, pos: int) -> tuple[DescribeL
         for _ in range(n):
             topics_item, pos = _read_describable_log_dir_topic_v2(buf, pos)
             topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsRequest(topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsRequest(topics), pos
 
 
 DescribeLogDirsRequest._WRITERS = {0: _write_describe_log_dirs_request_v0, 1: _write_describe_log_dirs_request_v0, 2: _write_describe_log_dirs_request_v2, 3: _write_describe_log_dirs_request_v2, 4: _write_describe_log_dirs_request_v2}

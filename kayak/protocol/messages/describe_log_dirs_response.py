@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -79,7 +80,7 @@ def _write_describe_log_dirs_partition_v0(out: bytearray, o: DescribeLogDirsPart
 def _read_describe_log_dirs_partition_v0(buf: Buffer, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     partition_index, partition_size, offset_lag, is_future_key = _F_iqqo.unpack_from(buf, pos)
     pos += 21
-    return DescribeLogDirsPartition(partition_index=partition_index, partition_size=partition_size, offset_lag=offset_lag, is_future_key=is_future_key), pos
+    return DescribeLogDirsPartition(partition_index, partition_size, offset_lag, is_future_key), pos
 
 
 def _write_describe_log_dirs_topic_v0(out: bytearray, o: DescribeLogDirsTopic) -> None:
@@ -92,14 +93,14 @@ def _write_describe_log_dirs_topic_v0(out: bytearray, o: DescribeLogDirsTopic) -
 def _read_describe_log_dirs_topic_v0(buf: Buffer, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[DescribeLogDirsPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_describe_log_dirs_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return DescribeLogDirsTopic(name=name, partitions=partitions), pos
+    return DescribeLogDirsTopic(name, partitions), pos
 
 
 def _write_describe_log_dirs_result_v0(out: bytearray, o: DescribeLogDirsResult) -> None:
@@ -115,14 +116,14 @@ def _read_describe_log_dirs_result_v0(buf: Buffer, pos: int) -> tuple[DescribeLo
     pos += 2
     log_dir, pos = read_string(buf, pos)
     topics: list[DescribeLogDirsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResult.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_describe_log_dirs_topic_v0(buf, pos)
         topics.append(topics_item)
-    return DescribeLogDirsResult(error_code=error_code, log_dir=log_dir, topics=topics), pos
+    return DescribeLogDirsResult(error_code, log_dir, topics, -1, -1), pos
 
 
 def _write_describe_log_dirs_response_v0(out: bytearray, o: DescribeLogDirsResponse) -> None:
@@ -136,14 +137,14 @@ def _read_describe_log_dirs_response_v0(buf: Buffer, pos: int) -> tuple[Describe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeLogDirsResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_log_dirs_result_v0(buf, pos)
         results.append(results_item)
-    return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    return DescribeLogDirsResponse(throttle_time_ms, 0, results), pos
 
 
 def _write_describe_log_dirs_partition_v2(out: bytearray, o: DescribeLogDirsPartition) -> None:
@@ -154,8 +155,11 @@ def _write_describe_log_dirs_partition_v2(out: bytearray, o: DescribeLogDirsPart
 def _read_describe_log_dirs_partition_v2(buf: Buffer, pos: int) -> tuple[DescribeLogDirsPartition, int]:
     partition_index, partition_size, offset_lag, is_future_key = _F_iqqo.unpack_from(buf, pos)
     pos += 21
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsPartition(partition_index=partition_index, partition_size=partition_size, offset_lag=offset_lag, is_future_key=is_future_key), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsPartition(partition_index, partition_size, offset_lag, is_future_key), pos
 
 
 def _write_describe_log_dirs_topic_v2(out: bytearray, o: DescribeLogDirsTopic) -> None:
@@ -169,15 +173,18 @@ def _write_describe_log_dirs_topic_v2(out: bytearray, o: DescribeLogDirsTopic) -
 def _read_describe_log_dirs_topic_v2(buf: Buffer, pos: int) -> tuple[DescribeLogDirsTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[DescribeLogDirsPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_describe_log_dirs_partition_v2(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsTopic(name, partitions), pos
 
 
 def _write_describe_log_dirs_result_v2(out: bytearray, o: DescribeLogDirsResult) -> None:
@@ -194,15 +201,18 @@ def _read_describe_log_dirs_result_v2(buf: Buffer, pos: int) -> tuple[DescribeLo
     pos += 2
     log_dir, pos = read_compact_string(buf, pos)
     topics: list[DescribeLogDirsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResult.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_describe_log_dirs_topic_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsResult(error_code=error_code, log_dir=log_dir, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsResult(error_code, log_dir, topics, -1, -1), pos
 
 
 def _write_describe_log_dirs_response_v2(out: bytearray, o: DescribeLogDirsResponse) -> None:
@@ -217,15 +227,18 @@ def _read_describe_log_dirs_response_v2(buf: Buffer, pos: int) -> tuple[Describe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     results: list[DescribeLogDirsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_log_dirs_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsResponse(throttle_time_ms, 0, results), pos
 
 
 def _write_describe_log_dirs_response_v3(out: bytearray, o: DescribeLogDirsResponse) -> None:
@@ -240,15 +253,18 @@ def _read_describe_log_dirs_response_v3(buf: Buffer, pos: int) -> tuple[Describe
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     results: list[DescribeLogDirsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_log_dirs_result_v2(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsResponse(throttle_time_ms, error_code, results), pos
 
 
 def _write_describe_log_dirs_result_v4(out: bytearray, o: DescribeLogDirsResult) -> None:
@@ -266,7 +282,7 @@ def _read_describe_log_dirs_result_v4(buf: Buffer, pos: int) -> tuple[DescribeLo
     pos += 2
     log_dir, pos = read_compact_string(buf, pos)
     topics: list[DescribeLogDirsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResult.topics')
     topics = []
@@ -275,8 +291,11 @@ def _read_describe_log_dirs_result_v4(buf: Buffer, pos: int) -> tuple[DescribeLo
         topics.append(topics_item)
     total_bytes, usable_bytes = _F_qq.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsResult(error_code=error_code, log_dir=log_dir, topics=topics, total_bytes=total_bytes, usable_bytes=usable_bytes), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsResult(error_code, log_dir, topics, total_bytes, usable_bytes), pos
 
 
 def _write_describe_log_dirs_response_v4(out: bytearray, o: DescribeLogDirsResponse) -> None:
@@ -291,15 +310,18 @@ def _read_describe_log_dirs_response_v4(buf: Buffer, pos: int) -> tuple[Describe
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     results: list[DescribeLogDirsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeLogDirsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_log_dirs_result_v4(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeLogDirsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeLogDirsResponse(throttle_time_ms, error_code, results), pos
 
 
 DescribeLogDirsResponse._WRITERS = {0: _write_describe_log_dirs_response_v0, 1: _write_describe_log_dirs_response_v0, 2: _write_describe_log_dirs_response_v2, 3: _write_describe_log_dirs_response_v3, 4: _write_describe_log_dirs_response_v4}

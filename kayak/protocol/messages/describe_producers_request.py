@@ -14,8 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     skip_tagged_fields,
@@ -56,12 +55,12 @@ def _write_topic_request_v0(out: bytearray, o: TopicRequest) -> None:
 def _read_topic_request_v0(buf: Buffer, pos: int) -> tuple[TopicRequest, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicRequest.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicRequest(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicRequest(name, partition_indexes), pos
 
 
 def _write_describe_producers_request_v0(out: bytearray, o: DescribeProducersRequest) -> None:
@@ -73,15 +72,18 @@ def _write_describe_producers_request_v0(out: bytearray, o: DescribeProducersReq
 
 def _read_describe_producers_request_v0(buf: Buffer, pos: int) -> tuple[DescribeProducersRequest, int]:
     topics: list[TopicRequest]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeProducersRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_request_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeProducersRequest(topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeProducersRequest(topics), pos
 
 
 DescribeProducersRequest._WRITERS = {0: _write_describe_producers_request_v0}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -78,8 +78,11 @@ def _write_producer_state_v0(out: bytearray, o: ProducerState) -> None:
 def _read_producer_state_v0(buf: Buffer, pos: int) -> tuple[ProducerState, int]:
     producer_id, producer_epoch, last_sequence, last_timestamp, coordinator_epoch, current_txn_start_offset = _F_qiiqiq.unpack_from(buf, pos)
     pos += 36
-    pos = skip_tagged_fields(buf, pos)
-    return ProducerState(producer_id=producer_id, producer_epoch=producer_epoch, last_sequence=last_sequence, last_timestamp=last_timestamp, coordinator_epoch=coordinator_epoch, current_txn_start_offset=current_txn_start_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ProducerState(producer_id, producer_epoch, last_sequence, last_timestamp, coordinator_epoch, current_txn_start_offset), pos
 
 
 def _write_partition_response_v0(out: bytearray, o: PartitionResponse) -> None:
@@ -96,15 +99,18 @@ def _read_partition_response_v0(buf: Buffer, pos: int) -> tuple[PartitionRespons
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     active_producers: list[ProducerState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionResponse.active_producers')
     active_producers = []
     for _ in range(n):
         active_producers_item, pos = _read_producer_state_v0(buf, pos)
         active_producers.append(active_producers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionResponse(partition_index=partition_index, error_code=error_code, error_message=error_message, active_producers=active_producers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionResponse(partition_index, error_code, error_message, active_producers), pos
 
 
 def _write_topic_response_v0(out: bytearray, o: TopicResponse) -> None:
@@ -118,15 +124,18 @@ def _write_topic_response_v0(out: bytearray, o: TopicResponse) -> None:
 def _read_topic_response_v0(buf: Buffer, pos: int) -> tuple[TopicResponse, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_response_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicResponse(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicResponse(name, partitions), pos
 
 
 def _write_describe_producers_response_v0(out: bytearray, o: DescribeProducersResponse) -> None:
@@ -141,15 +150,18 @@ def _read_describe_producers_response_v0(buf: Buffer, pos: int) -> tuple[Describ
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[TopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeProducersResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_response_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeProducersResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeProducersResponse(throttle_time_ms, topics), pos
 
 
 DescribeProducersResponse._WRITERS = {0: _write_describe_producers_response_v0}

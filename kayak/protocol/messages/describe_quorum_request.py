@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     skip_tagged_fields,
     write_array_length,
@@ -60,8 +60,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -75,15 +78,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_describe_quorum_request_v0(out: bytearray, o: DescribeQuorumRequest) -> None:
@@ -95,15 +101,18 @@ def _write_describe_quorum_request_v0(out: bytearray, o: DescribeQuorumRequest) 
 
 def _read_describe_quorum_request_v0(buf: Buffer, pos: int) -> tuple[DescribeQuorumRequest, int]:
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeQuorumRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeQuorumRequest(topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeQuorumRequest(topics), pos
 
 
 DescribeQuorumRequest._WRITERS = {0: _write_describe_quorum_request_v0, 1: _write_describe_quorum_request_v0, 2: _write_describe_quorum_request_v0}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_uuid,
@@ -104,8 +104,11 @@ def _write_replica_state_v0(out: bytearray, o: ReplicaState) -> None:
 def _read_replica_state_v0(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
     replica_id, log_end_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaState(replica_id=replica_id, log_end_offset=log_end_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaState(replica_id, ZERO_UUID, log_end_offset, -1, -1), pos
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
@@ -123,7 +126,7 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch, high_watermark = _F_ihiiq.unpack_from(buf, pos)
     pos += 22
     current_voters: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.current_voters')
     current_voters = []
@@ -131,15 +134,18 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
         current_voters_item, pos = _read_replica_state_v0(buf, pos)
         current_voters.append(current_voters_item)
     observers: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.observers')
     observers = []
     for _ in range(n):
         observers_item, pos = _read_replica_state_v0(buf, pos)
         observers.append(observers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, '', leader_id, leader_epoch, high_watermark, current_voters, observers), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -153,15 +159,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_describe_quorum_response_v0(out: bytearray, o: DescribeQuorumResponse) -> None:
@@ -176,15 +185,18 @@ def _read_describe_quorum_response_v0(buf: Buffer, pos: int) -> tuple[DescribeQu
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeQuorumResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeQuorumResponse(error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeQuorumResponse(error_code, '', topics, []), pos
 
 
 def _write_replica_state_v1(out: bytearray, o: ReplicaState) -> None:
@@ -195,8 +207,11 @@ def _write_replica_state_v1(out: bytearray, o: ReplicaState) -> None:
 def _read_replica_state_v1(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
     replica_id, log_end_offset, last_fetch_timestamp, last_caught_up_timestamp = _F_iqqq.unpack_from(buf, pos)
     pos += 28
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaState(replica_id=replica_id, log_end_offset=log_end_offset, last_fetch_timestamp=last_fetch_timestamp, last_caught_up_timestamp=last_caught_up_timestamp), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaState(replica_id, ZERO_UUID, log_end_offset, last_fetch_timestamp, last_caught_up_timestamp), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -214,7 +229,7 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch, high_watermark = _F_ihiiq.unpack_from(buf, pos)
     pos += 22
     current_voters: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.current_voters')
     current_voters = []
@@ -222,15 +237,18 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
         current_voters_item, pos = _read_replica_state_v1(buf, pos)
         current_voters.append(current_voters_item)
     observers: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.observers')
     observers = []
     for _ in range(n):
         observers_item, pos = _read_replica_state_v1(buf, pos)
         observers.append(observers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, '', leader_id, leader_epoch, high_watermark, current_voters, observers), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -244,15 +262,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_describe_quorum_response_v1(out: bytearray, o: DescribeQuorumResponse) -> None:
@@ -267,15 +288,18 @@ def _read_describe_quorum_response_v1(buf: Buffer, pos: int) -> tuple[DescribeQu
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeQuorumResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeQuorumResponse(error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeQuorumResponse(error_code, '', topics, []), pos
 
 
 def _write_replica_state_v2(out: bytearray, o: ReplicaState) -> None:
@@ -291,8 +315,11 @@ def _read_replica_state_v2(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
     replica_directory_id, pos = read_uuid(buf, pos)
     log_end_offset, last_fetch_timestamp, last_caught_up_timestamp = _F_qqq.unpack_from(buf, pos)
     pos += 24
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaState(replica_id=replica_id, replica_directory_id=replica_directory_id, log_end_offset=log_end_offset, last_fetch_timestamp=last_fetch_timestamp, last_caught_up_timestamp=last_caught_up_timestamp), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaState(replica_id, replica_directory_id, log_end_offset, last_fetch_timestamp, last_caught_up_timestamp), pos
 
 
 def _write_partition_data_v2(out: bytearray, o: PartitionData) -> None:
@@ -315,7 +342,7 @@ def _read_partition_data_v2(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     leader_id, leader_epoch, high_watermark = _F_iiq.unpack_from(buf, pos)
     pos += 16
     current_voters: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.current_voters')
     current_voters = []
@@ -323,15 +350,18 @@ def _read_partition_data_v2(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
         current_voters_item, pos = _read_replica_state_v2(buf, pos)
         current_voters.append(current_voters_item)
     observers: list[ReplicaState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.observers')
     observers = []
     for _ in range(n):
         observers_item, pos = _read_replica_state_v2(buf, pos)
         observers.append(observers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, error_message=error_message, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=high_watermark, current_voters=current_voters, observers=observers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, error_message, leader_id, leader_epoch, high_watermark, current_voters, observers), pos
 
 
 def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
@@ -345,15 +375,18 @@ def _write_topic_data_v2(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v2(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v2(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_listener_v2(out: bytearray, o: Listener) -> None:
@@ -368,8 +401,11 @@ def _read_listener_v2(buf: Buffer, pos: int) -> tuple[Listener, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return Listener(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Listener(name, host, port), pos
 
 
 def _write_node_v2(out: bytearray, o: Node) -> None:
@@ -384,15 +420,18 @@ def _read_node_v2(buf: Buffer, pos: int) -> tuple[Node, int]:
     node_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array Node.listeners')
     listeners = []
     for _ in range(n):
         listeners_item, pos = _read_listener_v2(buf, pos)
         listeners.append(listeners_item)
-    pos = skip_tagged_fields(buf, pos)
-    return Node(node_id=node_id, listeners=listeners), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Node(node_id, listeners), pos
 
 
 def _write_describe_quorum_response_v2(out: bytearray, o: DescribeQuorumResponse) -> None:
@@ -412,7 +451,7 @@ def _read_describe_quorum_response_v2(buf: Buffer, pos: int) -> tuple[DescribeQu
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeQuorumResponse.topics')
     topics = []
@@ -420,15 +459,18 @@ def _read_describe_quorum_response_v2(buf: Buffer, pos: int) -> tuple[DescribeQu
         topics_item, pos = _read_topic_data_v2(buf, pos)
         topics.append(topics_item)
     nodes: list[Node]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeQuorumResponse.nodes')
     nodes = []
     for _ in range(n):
         nodes_item, pos = _read_node_v2(buf, pos)
         nodes.append(nodes_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeQuorumResponse(error_code=error_code, error_message=error_message, topics=topics, nodes=nodes), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeQuorumResponse(error_code, error_message, topics, nodes), pos
 
 
 DescribeQuorumResponse._WRITERS = {0: _write_describe_quorum_response_v0, 1: _write_describe_quorum_response_v1, 2: _write_describe_quorum_response_v2}

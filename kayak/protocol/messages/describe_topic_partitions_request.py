@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_int8,
     skip_tagged_fields,
@@ -62,8 +62,11 @@ def _write_topic_request_v0(out: bytearray, o: TopicRequest) -> None:
 
 def _read_topic_request_v0(buf: Buffer, pos: int) -> tuple[TopicRequest, int]:
     name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicRequest(name=name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicRequest(name), pos
 
 
 def _write_cursor_v0(out: bytearray, o: Cursor) -> None:
@@ -76,8 +79,11 @@ def _read_cursor_v0(buf: Buffer, pos: int) -> tuple[Cursor, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Cursor(topic_name=topic_name, partition_index=partition_index), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Cursor(topic_name, partition_index), pos
 
 
 def _write_describe_topic_partitions_request_v0(out: bytearray, o: DescribeTopicPartitionsRequest) -> None:
@@ -95,7 +101,7 @@ def _write_describe_topic_partitions_request_v0(out: bytearray, o: DescribeTopic
 
 def _read_describe_topic_partitions_request_v0(buf: Buffer, pos: int) -> tuple[DescribeTopicPartitionsRequest, int]:
     topics: list[TopicRequest]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeTopicPartitionsRequest.topics')
     topics = []
@@ -110,8 +116,11 @@ def _read_describe_topic_partitions_request_v0(buf: Buffer, pos: int) -> tuple[D
         cursor = None
     else:
         cursor, pos = _read_cursor_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTopicPartitionsRequest(topics=topics, response_partition_limit=response_partition_limit, cursor=cursor), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTopicPartitionsRequest(topics, response_partition_limit, cursor), pos
 
 
 DescribeTopicPartitionsRequest._WRITERS = {0: _write_describe_topic_partitions_request_v0}

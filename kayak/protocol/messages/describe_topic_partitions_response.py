@@ -14,13 +14,13 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
     read_int8,
+    read_nullable_fixed_array,
     read_uuid,
     skip_tagged_fields,
     write_array_length,
@@ -107,34 +107,20 @@ def _read_describe_topic_partitions_response_partition_v0(buf: Buffer, pos: int)
     error_code, partition_index, leader_id, leader_epoch = _F_hiii.unpack_from(buf, pos)
     pos += 14
     replica_nodes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array DescribeTopicPartitionsResponsePartition.replica_nodes')
-    replica_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    replica_nodes, pos = read_fixed_array(buf, pos, True, 'i', 4)
     isr_nodes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array DescribeTopicPartitionsResponsePartition.isr_nodes')
-    isr_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    isr_nodes, pos = read_fixed_array(buf, pos, True, 'i', 4)
     eligible_leader_replicas: list[int] | None
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        eligible_leader_replicas = None
-    else:
-        eligible_leader_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    eligible_leader_replicas, pos = read_nullable_fixed_array(buf, pos, True, 'i', 4)
     last_known_elr: list[int] | None
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        last_known_elr = None
-    else:
-        last_known_elr, pos = read_fixed_array(buf, pos, n, INT32)
+    last_known_elr, pos = read_nullable_fixed_array(buf, pos, True, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array DescribeTopicPartitionsResponsePartition.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTopicPartitionsResponsePartition(error_code=error_code, partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, replica_nodes=replica_nodes, isr_nodes=isr_nodes, eligible_leader_replicas=eligible_leader_replicas, last_known_elr=last_known_elr, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTopicPartitionsResponsePartition(error_code, partition_index, leader_id, leader_epoch, replica_nodes, isr_nodes, eligible_leader_replicas, last_known_elr, offline_replicas), pos
 
 
 def _write_describe_topic_partitions_response_topic_v0(out: bytearray, o: DescribeTopicPartitionsResponseTopic) -> None:
@@ -157,7 +143,7 @@ def _read_describe_topic_partitions_response_topic_v0(buf: Buffer, pos: int) -> 
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[DescribeTopicPartitionsResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeTopicPartitionsResponseTopic.partitions')
     partitions = []
@@ -166,8 +152,11 @@ def _read_describe_topic_partitions_response_topic_v0(buf: Buffer, pos: int) -> 
         partitions.append(partitions_item)
     topic_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTopicPartitionsResponseTopic(error_code=error_code, name=name, topic_id=topic_id, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTopicPartitionsResponseTopic(error_code, name, topic_id, is_internal, partitions, topic_authorized_operations), pos
 
 
 def _write_cursor_v0(out: bytearray, o: Cursor) -> None:
@@ -180,8 +169,11 @@ def _read_cursor_v0(buf: Buffer, pos: int) -> tuple[Cursor, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Cursor(topic_name=topic_name, partition_index=partition_index), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Cursor(topic_name, partition_index), pos
 
 
 def _write_describe_topic_partitions_response_v0(out: bytearray, o: DescribeTopicPartitionsResponse) -> None:
@@ -201,7 +193,7 @@ def _read_describe_topic_partitions_response_v0(buf: Buffer, pos: int) -> tuple[
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[DescribeTopicPartitionsResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeTopicPartitionsResponse.topics')
     topics = []
@@ -214,8 +206,11 @@ def _read_describe_topic_partitions_response_v0(buf: Buffer, pos: int) -> tuple[
         next_cursor = None
     else:
         next_cursor, pos = _read_cursor_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTopicPartitionsResponse(throttle_time_ms=throttle_time_ms, topics=topics, next_cursor=next_cursor), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTopicPartitionsResponse(throttle_time_ms, topics, next_cursor), pos
 
 
 DescribeTopicPartitionsResponse._WRITERS = {0: _write_describe_topic_partitions_response_v0}

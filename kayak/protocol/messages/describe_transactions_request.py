@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     skip_tagged_fields,
@@ -48,12 +48,15 @@ def _write_describe_transactions_request_v0(out: bytearray, o: DescribeTransacti
 
 def _read_describe_transactions_request_v0(buf: Buffer, pos: int) -> tuple[DescribeTransactionsRequest, int]:
     transactional_ids: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeTransactionsRequest.transactional_ids')
     transactional_ids, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTransactionsRequest(transactional_ids=transactional_ids), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTransactionsRequest(transactional_ids), pos
 
 
 DescribeTransactionsRequest._WRITERS = {0: _write_describe_transactions_request_v0}

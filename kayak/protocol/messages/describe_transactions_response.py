@@ -14,8 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     skip_tagged_fields,
@@ -74,12 +73,12 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicData.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic, partitions), pos
 
 
 def _write_transaction_state_v0(out: bytearray, o: TransactionState) -> None:
@@ -101,15 +100,18 @@ def _read_transaction_state_v0(buf: Buffer, pos: int) -> tuple[TransactionState,
     transaction_timeout_ms, transaction_start_time_ms, producer_id, producer_epoch = _F_iqqh.unpack_from(buf, pos)
     pos += 22
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TransactionState.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TransactionState(error_code=error_code, transactional_id=transactional_id, transaction_state=transaction_state, transaction_timeout_ms=transaction_timeout_ms, transaction_start_time_ms=transaction_start_time_ms, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TransactionState(error_code, transactional_id, transaction_state, transaction_timeout_ms, transaction_start_time_ms, producer_id, producer_epoch, topics), pos
 
 
 def _write_describe_transactions_response_v0(out: bytearray, o: DescribeTransactionsResponse) -> None:
@@ -124,15 +126,18 @@ def _read_describe_transactions_response_v0(buf: Buffer, pos: int) -> tuple[Desc
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     transaction_states: list[TransactionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeTransactionsResponse.transaction_states')
     transaction_states = []
     for _ in range(n):
         transaction_states_item, pos = _read_transaction_state_v0(buf, pos)
         transaction_states.append(transaction_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeTransactionsResponse(throttle_time_ms=throttle_time_ms, transaction_states=transaction_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeTransactionsResponse(throttle_time_ms, transaction_states), pos
 
 
 DescribeTransactionsResponse._WRITERS = {0: _write_describe_transactions_response_v0}

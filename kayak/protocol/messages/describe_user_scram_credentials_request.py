@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     skip_tagged_fields,
     write_array_length,
@@ -50,8 +50,11 @@ def _write_user_name_v0(out: bytearray, o: UserName) -> None:
 
 def _read_user_name_v0(buf: Buffer, pos: int) -> tuple[UserName, int]:
     name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return UserName(name=name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UserName(name), pos
 
 
 def _write_describe_user_scram_credentials_request_v0(out: bytearray, o: DescribeUserScramCredentialsRequest) -> None:
@@ -66,7 +69,7 @@ def _write_describe_user_scram_credentials_request_v0(out: bytearray, o: Describ
 
 def _read_describe_user_scram_credentials_request_v0(buf: Buffer, pos: int) -> tuple[DescribeUserScramCredentialsRequest, int]:
     users: list[UserName] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         users = None
     else:
@@ -74,8 +77,11 @@ def _read_describe_user_scram_credentials_request_v0(buf: Buffer, pos: int) -> t
         for _ in range(n):
             users_item, pos = _read_user_name_v0(buf, pos)
             users.append(users_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeUserScramCredentialsRequest(users=users), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsRequest(users), pos
 
 
 DescribeUserScramCredentialsRequest._WRITERS = {0: _write_describe_user_scram_credentials_request_v0}

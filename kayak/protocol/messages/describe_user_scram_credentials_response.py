@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -70,8 +70,11 @@ def _write_credential_info_v0(out: bytearray, o: CredentialInfo) -> None:
 def _read_credential_info_v0(buf: Buffer, pos: int) -> tuple[CredentialInfo, int]:
     mechanism, iterations = _F_bi.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tagged_fields(buf, pos)
-    return CredentialInfo(mechanism=mechanism, iterations=iterations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CredentialInfo(mechanism, iterations), pos
 
 
 def _write_describe_user_scram_credentials_result_v0(out: bytearray, o: DescribeUserScramCredentialsResult) -> None:
@@ -90,15 +93,18 @@ def _read_describe_user_scram_credentials_result_v0(buf: Buffer, pos: int) -> tu
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
     credential_infos: list[CredentialInfo]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeUserScramCredentialsResult.credential_infos')
     credential_infos = []
     for _ in range(n):
         credential_infos_item, pos = _read_credential_info_v0(buf, pos)
         credential_infos.append(credential_infos_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeUserScramCredentialsResult(user=user, error_code=error_code, error_message=error_message, credential_infos=credential_infos), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsResult(user, error_code, error_message, credential_infos), pos
 
 
 def _write_describe_user_scram_credentials_response_v0(out: bytearray, o: DescribeUserScramCredentialsResponse) -> None:
@@ -115,15 +121,18 @@ def _read_describe_user_scram_credentials_response_v0(buf: Buffer, pos: int) -> 
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     results: list[DescribeUserScramCredentialsResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array DescribeUserScramCredentialsResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_describe_user_scram_credentials_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return DescribeUserScramCredentialsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsResponse(throttle_time_ms, error_code, error_message, results), pos
 
 
 DescribeUserScramCredentialsResponse._WRITERS = {0: _write_describe_user_scram_credentials_response_v0}

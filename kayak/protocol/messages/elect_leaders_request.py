@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -63,11 +63,8 @@ def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:
 def _read_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return TopicPartitions(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return TopicPartitions(topic, partitions), pos
 
 
 def _write_elect_leaders_request_v0(out: bytearray, o: ElectLeadersRequest) -> None:
@@ -82,7 +79,7 @@ def _write_elect_leaders_request_v0(out: bytearray, o: ElectLeadersRequest) -> N
 
 def _read_elect_leaders_request_v0(buf: Buffer, pos: int) -> tuple[ElectLeadersRequest, int]:
     topic_partitions: list[TopicPartitions] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topic_partitions = None
     else:
@@ -92,7 +89,7 @@ def _read_elect_leaders_request_v0(buf: Buffer, pos: int) -> tuple[ElectLeadersR
             topic_partitions.append(topic_partitions_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ElectLeadersRequest(topic_partitions=topic_partitions, timeout_ms=timeout_ms), pos
+    return ElectLeadersRequest(0, topic_partitions, timeout_ms), pos
 
 
 def _write_elect_leaders_request_v1(out: bytearray, o: ElectLeadersRequest) -> None:
@@ -110,7 +107,7 @@ def _read_elect_leaders_request_v1(buf: Buffer, pos: int) -> tuple[ElectLeadersR
     election_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     topic_partitions: list[TopicPartitions] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topic_partitions = None
     else:
@@ -120,7 +117,7 @@ def _read_elect_leaders_request_v1(buf: Buffer, pos: int) -> tuple[ElectLeadersR
             topic_partitions.append(topic_partitions_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ElectLeadersRequest(election_type=election_type, topic_partitions=topic_partitions, timeout_ms=timeout_ms), pos
+    return ElectLeadersRequest(election_type, topic_partitions, timeout_ms), pos
 
 
 def _write_topic_partitions_v2(out: bytearray, o: TopicPartitions) -> None:
@@ -133,12 +130,12 @@ def _write_topic_partitions_v2(out: bytearray, o: TopicPartitions) -> None:
 def _read_topic_partitions_v2(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitions(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitions(topic, partitions), pos
 
 
 def _write_elect_leaders_request_v2(out: bytearray, o: ElectLeadersRequest) -> None:
@@ -157,7 +154,7 @@ def _read_elect_leaders_request_v2(buf: Buffer, pos: int) -> tuple[ElectLeadersR
     election_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     topic_partitions: list[TopicPartitions] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topic_partitions = None
     else:
@@ -167,8 +164,11 @@ def _read_elect_leaders_request_v2(buf: Buffer, pos: int) -> tuple[ElectLeadersR
             topic_partitions.append(topic_partitions_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ElectLeadersRequest(election_type=election_type, topic_partitions=topic_partitions, timeout_ms=timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ElectLeadersRequest(election_type, topic_partitions, timeout_ms), pos
 
 
 ElectLeadersRequest._WRITERS = {0: _write_elect_leaders_request_v0, 1: _write_elect_leaders_request_v1, 2: _write_elect_leaders_request_v2}

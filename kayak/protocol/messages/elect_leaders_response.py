@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -72,7 +73,7 @@ def _read_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult, i
     partition_id, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_nullable_string(buf, pos)
-    return PartitionResult(partition_id=partition_id, error_code=error_code, error_message=error_message), pos
+    return PartitionResult(partition_id, error_code, error_message), pos
 
 
 def _write_replica_election_result_v0(out: bytearray, o: ReplicaElectionResult) -> None:
@@ -85,14 +86,14 @@ def _write_replica_election_result_v0(out: bytearray, o: ReplicaElectionResult) 
 def _read_replica_election_result_v0(buf: Buffer, pos: int) -> tuple[ReplicaElectionResult, int]:
     topic, pos = read_string(buf, pos)
     partition_result: list[PartitionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReplicaElectionResult.partition_result')
     partition_result = []
     for _ in range(n):
         partition_result_item, pos = _read_partition_result_v0(buf, pos)
         partition_result.append(partition_result_item)
-    return ReplicaElectionResult(topic=topic, partition_result=partition_result), pos
+    return ReplicaElectionResult(topic, partition_result), pos
 
 
 def _write_elect_leaders_response_v0(out: bytearray, o: ElectLeadersResponse) -> None:
@@ -106,14 +107,14 @@ def _read_elect_leaders_response_v0(buf: Buffer, pos: int) -> tuple[ElectLeaders
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     replica_election_results: list[ReplicaElectionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ElectLeadersResponse.replica_election_results')
     replica_election_results = []
     for _ in range(n):
         replica_election_results_item, pos = _read_replica_election_result_v0(buf, pos)
         replica_election_results.append(replica_election_results_item)
-    return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, replica_election_results=replica_election_results), pos
+    return ElectLeadersResponse(throttle_time_ms, 0, replica_election_results), pos
 
 
 def _write_elect_leaders_response_v1(out: bytearray, o: ElectLeadersResponse) -> None:
@@ -127,14 +128,14 @@ def _read_elect_leaders_response_v1(buf: Buffer, pos: int) -> tuple[ElectLeaders
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     replica_election_results: list[ReplicaElectionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ElectLeadersResponse.replica_election_results')
     replica_election_results = []
     for _ in range(n):
         replica_election_results_item, pos = _read_replica_election_result_v0(buf, pos)
         replica_election_results.append(replica_election_results_item)
-    return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, replica_election_results=replica_election_results), pos
+    return ElectLeadersResponse(throttle_time_ms, error_code, replica_election_results), pos
 
 
 def _write_partition_result_v2(out: bytearray, o: PartitionResult) -> None:
@@ -147,8 +148,11 @@ def _read_partition_result_v2(buf: Buffer, pos: int) -> tuple[PartitionResult, i
     partition_id, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionResult(partition_id=partition_id, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionResult(partition_id, error_code, error_message), pos
 
 
 def _write_replica_election_result_v2(out: bytearray, o: ReplicaElectionResult) -> None:
@@ -162,15 +166,18 @@ def _write_replica_election_result_v2(out: bytearray, o: ReplicaElectionResult) 
 def _read_replica_election_result_v2(buf: Buffer, pos: int) -> tuple[ReplicaElectionResult, int]:
     topic, pos = read_compact_string(buf, pos)
     partition_result: list[PartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReplicaElectionResult.partition_result')
     partition_result = []
     for _ in range(n):
         partition_result_item, pos = _read_partition_result_v2(buf, pos)
         partition_result.append(partition_result_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaElectionResult(topic=topic, partition_result=partition_result), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaElectionResult(topic, partition_result), pos
 
 
 def _write_elect_leaders_response_v2(out: bytearray, o: ElectLeadersResponse) -> None:
@@ -185,15 +192,18 @@ def _read_elect_leaders_response_v2(buf: Buffer, pos: int) -> tuple[ElectLeaders
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     replica_election_results: list[ReplicaElectionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ElectLeadersResponse.replica_election_results')
     replica_election_results = []
     for _ in range(n):
         replica_election_results_item, pos = _read_replica_election_result_v2(buf, pos)
         replica_election_results.append(replica_election_results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ElectLeadersResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, replica_election_results=replica_election_results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ElectLeadersResponse(throttle_time_ms, error_code, replica_election_results), pos
 
 
 ElectLeadersResponse._WRITERS = {0: _write_elect_leaders_response_v0, 1: _write_elect_leaders_response_v1, 2: _write_elect_leaders_response_v2}

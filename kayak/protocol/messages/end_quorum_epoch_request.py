@@ -14,12 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_uuid,
@@ -93,11 +93,8 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_id, leader_epoch = _F_iii.unpack_from(buf, pos)
     pos += 12
     preferred_successors: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array PartitionData.preferred_successors')
-    preferred_successors, pos = read_fixed_array(buf, pos, n, INT32)
-    return PartitionData(partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, preferred_successors=preferred_successors), pos
+    preferred_successors, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return PartitionData(partition_index, leader_id, leader_epoch, preferred_successors, []), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -110,14 +107,14 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_end_quorum_epoch_request_v0(out: bytearray, o: EndQuorumEpochRequest) -> None:
@@ -130,14 +127,14 @@ def _write_end_quorum_epoch_request_v0(out: bytearray, o: EndQuorumEpochRequest)
 def _read_end_quorum_epoch_request_v0(buf: Buffer, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     cluster_id, pos = read_nullable_string(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EndQuorumEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    return EndQuorumEpochRequest(cluster_id=cluster_id, topics=topics), pos
+    return EndQuorumEpochRequest(cluster_id, topics, []), pos
 
 
 def _write_replica_info_v1(out: bytearray, o: ReplicaInfo) -> None:
@@ -150,8 +147,11 @@ def _read_replica_info_v1(buf: Buffer, pos: int) -> tuple[ReplicaInfo, int]:
     candidate_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     candidate_directory_id, pos = read_uuid(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaInfo(candidate_id=candidate_id, candidate_directory_id=candidate_directory_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaInfo(candidate_id, candidate_directory_id), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -166,15 +166,18 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, leader_id, leader_epoch = _F_iii.unpack_from(buf, pos)
     pos += 12
     preferred_candidates: list[ReplicaInfo]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.preferred_candidates')
     preferred_candidates = []
     for _ in range(n):
         preferred_candidates_item, pos = _read_replica_info_v1(buf, pos)
         preferred_candidates.append(preferred_candidates_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, preferred_candidates=preferred_candidates), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, leader_id, leader_epoch, [], preferred_candidates), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -188,15 +191,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_leader_endpoint_v1(out: bytearray, o: LeaderEndpoint) -> None:
@@ -211,8 +217,11 @@ def _read_leader_endpoint_v1(buf: Buffer, pos: int) -> tuple[LeaderEndpoint, int
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderEndpoint(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderEndpoint(name, host, port), pos
 
 
 def _write_end_quorum_epoch_request_v1(out: bytearray, o: EndQuorumEpochRequest) -> None:
@@ -229,7 +238,7 @@ def _write_end_quorum_epoch_request_v1(out: bytearray, o: EndQuorumEpochRequest)
 def _read_end_quorum_epoch_request_v1(buf: Buffer, pos: int) -> tuple[EndQuorumEpochRequest, int]:
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EndQuorumEpochRequest.topics')
     topics = []
@@ -237,15 +246,18 @@ def _read_end_quorum_epoch_request_v1(buf: Buffer, pos: int) -> tuple[EndQuorumE
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
     leader_endpoints: list[LeaderEndpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EndQuorumEpochRequest.leader_endpoints')
     leader_endpoints = []
     for _ in range(n):
         leader_endpoints_item, pos = _read_leader_endpoint_v1(buf, pos)
         leader_endpoints.append(leader_endpoints_item)
-    pos = skip_tagged_fields(buf, pos)
-    return EndQuorumEpochRequest(cluster_id=cluster_id, topics=topics, leader_endpoints=leader_endpoints), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EndQuorumEpochRequest(cluster_id, topics, leader_endpoints), pos
 
 
 EndQuorumEpochRequest._WRITERS = {0: _write_end_quorum_epoch_request_v0, 1: _write_end_quorum_epoch_request_v1}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     read_tag_header,
     read_unsigned_varint,
@@ -80,7 +81,7 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch = _F_ihii.unpack_from(buf, pos)
     pos += 14
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch), pos
+    return PartitionData(partition_index, error_code, leader_id, leader_epoch), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -93,14 +94,14 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_end_quorum_epoch_response_v0(out: bytearray, o: EndQuorumEpochResponse) -> None:
@@ -114,14 +115,14 @@ def _read_end_quorum_epoch_response_v0(buf: Buffer, pos: int) -> tuple[EndQuorum
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EndQuorumEpochResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    return EndQuorumEpochResponse(error_code=error_code, topics=topics), pos
+    return EndQuorumEpochResponse(error_code, topics, []), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -132,8 +133,11 @@ def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, leader_id, leader_epoch = _F_ihii.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, leader_id, leader_epoch), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -147,15 +151,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_node_endpoint_v1(out: bytearray, o: NodeEndpoint) -> None:
@@ -171,8 +178,11 @@ def _read_node_endpoint_v1(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port), pos
 
 
 def _write_end_quorum_epoch_response_v1(out: bytearray, o: EndQuorumEpochResponse) -> None:
@@ -196,7 +206,7 @@ def _read_end_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[EndQuorum
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array EndQuorumEpochResponse.topics')
     topics = []
@@ -208,7 +218,7 @@ def _read_end_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[EndQuorum
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array EndQuorumEpochResponse.node_endpoints')
             node_endpoints = []
@@ -216,7 +226,7 @@ def _read_end_quorum_epoch_response_v1(buf: Buffer, pos: int) -> tuple[EndQuorum
                 node_endpoints_item, start = _read_node_endpoint_v1(buf, start)
                 node_endpoints.append(node_endpoints_item)
         pos = end
-    return EndQuorumEpochResponse(error_code=error_code, topics=topics, node_endpoints=node_endpoints), pos
+    return EndQuorumEpochResponse(error_code, topics, node_endpoints), pos
 
 
 EndQuorumEpochResponse._WRITERS = {0: _write_end_quorum_epoch_response_v0, 1: _write_end_quorum_epoch_response_v1}

@@ -53,7 +53,7 @@ def _read_end_txn_request_v0(buf: Buffer, pos: int) -> tuple[EndTxnRequest, int]
     transactional_id, pos = read_string(buf, pos)
     producer_id, producer_epoch, committed = _F_qho.unpack_from(buf, pos)
     pos += 11
-    return EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, committed=committed), pos
+    return EndTxnRequest(transactional_id, producer_id, producer_epoch, committed), pos
 
 
 def _write_end_txn_request_v3(out: bytearray, o: EndTxnRequest) -> None:
@@ -66,8 +66,11 @@ def _read_end_txn_request_v3(buf: Buffer, pos: int) -> tuple[EndTxnRequest, int]
     transactional_id, pos = read_compact_string(buf, pos)
     producer_id, producer_epoch, committed = _F_qho.unpack_from(buf, pos)
     pos += 11
-    pos = skip_tagged_fields(buf, pos)
-    return EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, committed=committed), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EndTxnRequest(transactional_id, producer_id, producer_epoch, committed), pos
 
 
 EndTxnRequest._WRITERS = {0: _write_end_txn_request_v0, 1: _write_end_txn_request_v0, 2: _write_end_txn_request_v0, 3: _write_end_txn_request_v3, 4: _write_end_txn_request_v3, 5: _write_end_txn_request_v3}

@@ -48,7 +48,7 @@ def _write_end_txn_response_v0(out: bytearray, o: EndTxnResponse) -> None:
 def _read_end_txn_response_v0(buf: Buffer, pos: int) -> tuple[EndTxnResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return EndTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    return EndTxnResponse(throttle_time_ms, error_code, -1, -1), pos
 
 
 def _write_end_txn_response_v3(out: bytearray, o: EndTxnResponse) -> None:
@@ -59,8 +59,11 @@ def _write_end_txn_response_v3(out: bytearray, o: EndTxnResponse) -> None:
 def _read_end_txn_response_v3(buf: Buffer, pos: int) -> tuple[EndTxnResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return EndTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EndTxnResponse(throttle_time_ms, error_code, -1, -1), pos
 
 
 def _write_end_txn_response_v5(out: bytearray, o: EndTxnResponse) -> None:
@@ -71,8 +74,11 @@ def _write_end_txn_response_v5(out: bytearray, o: EndTxnResponse) -> None:
 def _read_end_txn_response_v5(buf: Buffer, pos: int) -> tuple[EndTxnResponse, int]:
     throttle_time_ms, error_code, producer_id, producer_epoch = _F_ihqh.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return EndTxnResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, producer_id=producer_id, producer_epoch=producer_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EndTxnResponse(throttle_time_ms, error_code, producer_id, producer_epoch), pos
 
 
 EndTxnResponse._WRITERS = {0: _write_end_txn_response_v0, 1: _write_end_txn_response_v0, 2: _write_end_txn_response_v0, 3: _write_end_txn_response_v3, 4: _write_end_txn_response_v3, 5: _write_end_txn_response_v5}

@@ -51,8 +51,11 @@ def _read_envelope_request_v0(buf: Buffer, pos: int) -> tuple[EnvelopeRequest, i
     request_data, pos = read_compact_bytes(buf, pos)
     request_principal, pos = read_compact_nullable_bytes(buf, pos)
     client_host_address, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return EnvelopeRequest(request_data=request_data, request_principal=request_principal, client_host_address=client_host_address), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EnvelopeRequest(request_data, request_principal, client_host_address), pos
 
 
 EnvelopeRequest._WRITERS = {0: _write_envelope_request_v0}

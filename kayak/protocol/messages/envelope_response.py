@@ -50,8 +50,11 @@ def _read_envelope_response_v0(buf: Buffer, pos: int) -> tuple[EnvelopeResponse,
     response_data, pos = read_compact_nullable_bytes(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return EnvelopeResponse(response_data=response_data, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EnvelopeResponse(response_data, error_code), pos
 
 
 EnvelopeResponse._WRITERS = {0: _write_envelope_response_v0}

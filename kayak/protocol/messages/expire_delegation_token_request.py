@@ -51,7 +51,7 @@ def _read_expire_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[Exp
     hmac, pos = read_bytes(buf, pos)
     expiry_time_period_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return ExpireDelegationTokenRequest(hmac=hmac, expiry_time_period_ms=expiry_time_period_ms), pos
+    return ExpireDelegationTokenRequest(hmac, expiry_time_period_ms), pos
 
 
 def _write_expire_delegation_token_request_v2(out: bytearray, o: ExpireDelegationTokenRequest) -> None:
@@ -64,8 +64,11 @@ def _read_expire_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[Exp
     hmac, pos = read_compact_bytes(buf, pos)
     expiry_time_period_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return ExpireDelegationTokenRequest(hmac=hmac, expiry_time_period_ms=expiry_time_period_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ExpireDelegationTokenRequest(hmac, expiry_time_period_ms), pos
 
 
 ExpireDelegationTokenRequest._WRITERS = {0: _write_expire_delegation_token_request_v0, 1: _write_expire_delegation_token_request_v0, 2: _write_expire_delegation_token_request_v2}

@@ -14,12 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     read_tag_header,
     read_unsigned_varint,
@@ -111,7 +111,7 @@ def _write_fetch_partition_v0(out: bytearray, o: FetchPartition) -> None:
 def _read_fetch_partition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     partition, fetch_offset, partition_max_bytes = _F_iqi.unpack_from(buf, pos)
     pos += 16
-    return FetchPartition(partition=partition, fetch_offset=fetch_offset, partition_max_bytes=partition_max_bytes), pos
+    return FetchPartition(partition, -1, fetch_offset, -1, -1, partition_max_bytes, ZERO_UUID), pos
 
 
 def _write_fetch_topic_v0(out: bytearray, o: FetchTopic) -> None:
@@ -124,14 +124,14 @@ def _write_fetch_topic_v0(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return FetchTopic(topic=topic, partitions=partitions), pos
+    return FetchTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_request_v0(out: bytearray, o: FetchRequest) -> None:
@@ -145,14 +145,14 @@ def _read_fetch_request_v0(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes = _F_iii.unpack_from(buf, pos)
     pos += 12
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_fetch_topic_v0(buf, pos)
         topics.append(topics_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, topics=topics), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, 2147483647, 0, 0, -1, topics, [], ''), pos
 
 
 def _write_fetch_request_v3(out: bytearray, o: FetchRequest) -> None:
@@ -166,14 +166,14 @@ def _read_fetch_request_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes = _F_iiii.unpack_from(buf, pos)
     pos += 16
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_fetch_topic_v0(buf, pos)
         topics.append(topics_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=topics), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, 0, 0, -1, topics, [], ''), pos
 
 
 def _write_fetch_request_v4(out: bytearray, o: FetchRequest) -> None:
@@ -187,14 +187,14 @@ def _read_fetch_request_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level = _F_iiiib.unpack_from(buf, pos)
     pos += 17
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_fetch_topic_v0(buf, pos)
         topics.append(topics_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, topics=topics), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1, topics, [], ''), pos
 
 
 def _write_fetch_partition_v5(out: bytearray, o: FetchPartition) -> None:
@@ -204,7 +204,7 @@ def _write_fetch_partition_v5(out: bytearray, o: FetchPartition) -> None:
 def _read_fetch_partition_v5(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     partition, fetch_offset, log_start_offset, partition_max_bytes = _F_iqqi.unpack_from(buf, pos)
     pos += 24
-    return FetchPartition(partition=partition, fetch_offset=fetch_offset, log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes), pos
+    return FetchPartition(partition, -1, fetch_offset, -1, log_start_offset, partition_max_bytes, ZERO_UUID), pos
 
 
 def _write_fetch_topic_v5(out: bytearray, o: FetchTopic) -> None:
@@ -217,14 +217,14 @@ def _write_fetch_topic_v5(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v5(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v5(buf, pos)
         partitions.append(partitions_item)
-    return FetchTopic(topic=topic, partitions=partitions), pos
+    return FetchTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_request_v5(out: bytearray, o: FetchRequest) -> None:
@@ -238,14 +238,14 @@ def _read_fetch_request_v5(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level = _F_iiiib.unpack_from(buf, pos)
     pos += 17
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_fetch_topic_v5(buf, pos)
         topics.append(topics_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, topics=topics), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1, topics, [], ''), pos
 
 
 def _write_forgotten_topic_v7(out: bytearray, o: ForgottenTopic) -> None:
@@ -257,11 +257,8 @@ def _write_forgotten_topic_v7(out: bytearray, o: ForgottenTopic) -> None:
 def _read_forgotten_topic_v7(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array ForgottenTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    return ForgottenTopic(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return ForgottenTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_request_v7(out: bytearray, o: FetchRequest) -> None:
@@ -278,7 +275,7 @@ def _read_fetch_request_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiiibii.unpack_from(buf, pos)
     pos += 25
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -286,14 +283,14 @@ def _read_fetch_request_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v5(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
     for _ in range(n):
         forgotten_topics_data_item, pos = _read_forgotten_topic_v7(buf, pos)
         forgotten_topics_data.append(forgotten_topics_data_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, ''), pos
 
 
 def _write_fetch_partition_v9(out: bytearray, o: FetchPartition) -> None:
@@ -303,7 +300,7 @@ def _write_fetch_partition_v9(out: bytearray, o: FetchPartition) -> None:
 def _read_fetch_partition_v9(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     partition, current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes = _F_iiqqi.unpack_from(buf, pos)
     pos += 28
-    return FetchPartition(partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset, log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes), pos
+    return FetchPartition(partition, current_leader_epoch, fetch_offset, -1, log_start_offset, partition_max_bytes, ZERO_UUID), pos
 
 
 def _write_fetch_topic_v9(out: bytearray, o: FetchTopic) -> None:
@@ -316,14 +313,14 @@ def _write_fetch_topic_v9(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v9(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v9(buf, pos)
         partitions.append(partitions_item)
-    return FetchTopic(topic=topic, partitions=partitions), pos
+    return FetchTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_request_v9(out: bytearray, o: FetchRequest) -> None:
@@ -340,7 +337,7 @@ def _read_fetch_request_v9(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiiibii.unpack_from(buf, pos)
     pos += 25
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -348,14 +345,14 @@ def _read_fetch_request_v9(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v9(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
     for _ in range(n):
         forgotten_topics_data_item, pos = _read_forgotten_topic_v7(buf, pos)
         forgotten_topics_data.append(forgotten_topics_data_item)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, ''), pos
 
 
 def _write_fetch_request_v11(out: bytearray, o: FetchRequest) -> None:
@@ -373,7 +370,7 @@ def _read_fetch_request_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiiibii.unpack_from(buf, pos)
     pos += 25
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -381,7 +378,7 @@ def _read_fetch_request_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v9(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
@@ -389,7 +386,7 @@ def _read_fetch_request_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         forgotten_topics_data_item, pos = _read_forgotten_topic_v7(buf, pos)
         forgotten_topics_data.append(forgotten_topics_data_item)
     rack_id, pos = read_string(buf, pos)
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id), pos
+    return FetchRequest(None, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, rack_id), pos
 
 
 def _write_fetch_partition_v12(out: bytearray, o: FetchPartition) -> None:
@@ -400,8 +397,11 @@ def _write_fetch_partition_v12(out: bytearray, o: FetchPartition) -> None:
 def _read_fetch_partition_v12(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes = _F_iiqiqi.unpack_from(buf, pos)
     pos += 32
-    pos = skip_tagged_fields(buf, pos)
-    return FetchPartition(partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchPartition(partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes, ZERO_UUID), pos
 
 
 def _write_fetch_topic_v12(out: bytearray, o: FetchTopic) -> None:
@@ -415,15 +415,18 @@ def _write_fetch_topic_v12(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v12(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v12(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchTopic(topic=topic, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_forgotten_topic_v12(out: bytearray, o: ForgottenTopic) -> None:
@@ -436,12 +439,12 @@ def _write_forgotten_topic_v12(out: bytearray, o: ForgottenTopic) -> None:
 def _read_forgotten_topic_v12(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ForgottenTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return ForgottenTopic(topic=topic, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ForgottenTopic(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_request_v12(out: bytearray, o: FetchRequest) -> None:
@@ -467,7 +470,7 @@ def _read_fetch_request_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiiibii.unpack_from(buf, pos)
     pos += 25
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -475,7 +478,7 @@ def _read_fetch_request_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v12(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
@@ -490,7 +493,7 @@ def _read_fetch_request_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         if tag == 0:
             cluster_id, start = read_compact_nullable_string(buf, start)
         pos = end
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id, cluster_id=cluster_id), pos
+    return FetchRequest(cluster_id, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, rack_id), pos
 
 
 def _write_fetch_topic_v13(out: bytearray, o: FetchTopic) -> None:
@@ -504,15 +507,18 @@ def _write_fetch_topic_v13(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v13(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v12(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchTopic(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchTopic('', topic_id, partitions), pos
 
 
 def _write_forgotten_topic_v13(out: bytearray, o: ForgottenTopic) -> None:
@@ -525,12 +531,12 @@ def _write_forgotten_topic_v13(out: bytearray, o: ForgottenTopic) -> None:
 def _read_forgotten_topic_v13(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ForgottenTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return ForgottenTopic(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ForgottenTopic('', topic_id, partitions), pos
 
 
 def _write_fetch_request_v13(out: bytearray, o: FetchRequest) -> None:
@@ -556,7 +562,7 @@ def _read_fetch_request_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiiibii.unpack_from(buf, pos)
     pos += 25
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -564,7 +570,7 @@ def _read_fetch_request_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v13(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
@@ -579,7 +585,7 @@ def _read_fetch_request_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         if tag == 0:
             cluster_id, start = read_compact_nullable_string(buf, start)
         pos = end
-    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id, cluster_id=cluster_id), pos
+    return FetchRequest(cluster_id, replica_id, ReplicaState(), max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, rack_id), pos
 
 
 def _write_replica_state_v15(out: bytearray, o: ReplicaState) -> None:
@@ -590,8 +596,11 @@ def _write_replica_state_v15(out: bytearray, o: ReplicaState) -> None:
 def _read_replica_state_v15(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
     replica_id, replica_epoch = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return ReplicaState(replica_id=replica_id, replica_epoch=replica_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReplicaState(replica_id, replica_epoch), pos
 
 
 def _write_fetch_request_v15(out: bytearray, o: FetchRequest) -> None:
@@ -621,7 +630,7 @@ def _read_fetch_request_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiibii.unpack_from(buf, pos)
     pos += 21
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -629,7 +638,7 @@ def _read_fetch_request_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v13(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
@@ -647,7 +656,7 @@ def _read_fetch_request_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         elif tag == 1:
             replica_state, start = _read_replica_state_v15(buf, start)
         pos = end
-    return FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id, cluster_id=cluster_id, replica_state=replica_state), pos
+    return FetchRequest(cluster_id, -1, replica_state, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, rack_id), pos
 
 
 def _write_fetch_partition_v17(out: bytearray, o: FetchPartition) -> None:
@@ -672,7 +681,7 @@ def _read_fetch_partition_v17(buf: Buffer, pos: int) -> tuple[FetchPartition, in
         if tag == 0:
             replica_directory_id, start = read_uuid(buf, start)
         pos = end
-    return FetchPartition(partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset, partition_max_bytes=partition_max_bytes, replica_directory_id=replica_directory_id), pos
+    return FetchPartition(partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes, replica_directory_id), pos
 
 
 def _write_fetch_topic_v17(out: bytearray, o: FetchTopic) -> None:
@@ -686,15 +695,18 @@ def _write_fetch_topic_v17(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v17(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v17(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchTopic(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchTopic('', topic_id, partitions), pos
 
 
 def _write_fetch_request_v17(out: bytearray, o: FetchRequest) -> None:
@@ -724,7 +736,7 @@ def _read_fetch_request_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch = _F_iiibii.unpack_from(buf, pos)
     pos += 21
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.topics')
     topics = []
@@ -732,7 +744,7 @@ def _read_fetch_request_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         topics_item, pos = _read_fetch_topic_v17(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
@@ -750,7 +762,7 @@ def _read_fetch_request_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
         elif tag == 1:
             replica_state, start = _read_replica_state_v15(buf, start)
         pos = end
-    return FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch, topics=topics, forgotten_topics_data=forgotten_topics_data, rack_id=rack_id, cluster_id=cluster_id, replica_state=replica_state), pos
+    return FetchRequest(cluster_id, -1, replica_state, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch, topics, forgotten_topics_data, rack_id), pos
 
 
 FetchRequest._WRITERS = {0: _write_fetch_request_v0, 1: _write_fetch_request_v0, 2: _write_fetch_request_v0, 3: _write_fetch_request_v3, 4: _write_fetch_request_v4, 5: _write_fetch_request_v5, 6: _write_fetch_request_v5, 7: _write_fetch_request_v7, 8: _write_fetch_request_v7, 9: _write_fetch_request_v9, 10: _write_fetch_request_v9, 11: _write_fetch_request_v11, 12: _write_fetch_request_v12, 13: _write_fetch_request_v13, 14: _write_fetch_request_v13, 15: _write_fetch_request_v15, 16: _write_fetch_request_v15, 17: _write_fetch_request_v17}

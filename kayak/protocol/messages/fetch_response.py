@@ -15,10 +15,11 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_records,
     read_compact_string,
+    read_int32_array_length,
     read_records,
     read_string,
     read_tag_header,
@@ -130,7 +131,7 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, high_watermark = _F_ihq.unpack_from(buf, pos)
     pos += 14
     records, pos = read_records(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, records=records), pos
+    return PartitionData(partition_index, error_code, high_watermark, -1, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), [], -1, records), pos
 
 
 def _write_fetchable_topic_response_v0(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -143,14 +144,14 @@ def _write_fetchable_topic_response_v0(out: bytearray, o: FetchableTopicResponse
 def _read_fetchable_topic_response_v0(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    return FetchableTopicResponse(topic=topic, partitions=partitions), pos
+    return FetchableTopicResponse(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_response_v0(out: bytearray, o: FetchResponse) -> None:
@@ -161,14 +162,14 @@ def _write_fetch_response_v0(out: bytearray, o: FetchResponse) -> None:
 
 def _read_fetch_response_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v0(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(responses=responses), pos
+    return FetchResponse(0, 0, 0, responses, []), pos
 
 
 def _write_fetch_response_v1(out: bytearray, o: FetchResponse) -> None:
@@ -182,14 +183,14 @@ def _read_fetch_response_v1(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v0(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    return FetchResponse(throttle_time_ms, 0, 0, responses, []), pos
 
 
 def _write_aborted_transaction_v4(out: bytearray, o: AbortedTransaction) -> None:
@@ -199,7 +200,7 @@ def _write_aborted_transaction_v4(out: bytearray, o: AbortedTransaction) -> None
 def _read_aborted_transaction_v4(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
     producer_id, first_offset = _F_qq.unpack_from(buf, pos)
     pos += 16
-    return AbortedTransaction(producer_id=producer_id, first_offset=first_offset), pos
+    return AbortedTransaction(producer_id, first_offset), pos
 
 
 def _write_partition_data_v4(out: bytearray, o: PartitionData) -> None:
@@ -217,7 +218,7 @@ def _read_partition_data_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, high_watermark, last_stable_offset = _F_ihqq.unpack_from(buf, pos)
     pos += 22
     aborted_transactions: list[AbortedTransaction] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         aborted_transactions = None
     else:
@@ -226,7 +227,7 @@ def _read_partition_data_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
             aborted_transactions_item, pos = _read_aborted_transaction_v4(buf, pos)
             aborted_transactions.append(aborted_transactions_item)
     records, pos = read_records(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, aborted_transactions=aborted_transactions, records=records), pos
+    return PartitionData(partition_index, error_code, high_watermark, last_stable_offset, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), aborted_transactions, -1, records), pos
 
 
 def _write_fetchable_topic_response_v4(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -239,14 +240,14 @@ def _write_fetchable_topic_response_v4(out: bytearray, o: FetchableTopicResponse
 def _read_fetchable_topic_response_v4(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v4(buf, pos)
         partitions.append(partitions_item)
-    return FetchableTopicResponse(topic=topic, partitions=partitions), pos
+    return FetchableTopicResponse(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_response_v4(out: bytearray, o: FetchResponse) -> None:
@@ -260,14 +261,14 @@ def _read_fetch_response_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v4(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    return FetchResponse(throttle_time_ms, 0, 0, responses, []), pos
 
 
 def _write_partition_data_v5(out: bytearray, o: PartitionData) -> None:
@@ -285,7 +286,7 @@ def _read_partition_data_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, error_code, high_watermark, last_stable_offset, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     aborted_transactions: list[AbortedTransaction] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         aborted_transactions = None
     else:
@@ -294,7 +295,7 @@ def _read_partition_data_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
             aborted_transactions_item, pos = _read_aborted_transaction_v4(buf, pos)
             aborted_transactions.append(aborted_transactions_item)
     records, pos = read_records(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, log_start_offset=log_start_offset, aborted_transactions=aborted_transactions, records=records), pos
+    return PartitionData(partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), aborted_transactions, -1, records), pos
 
 
 def _write_fetchable_topic_response_v5(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -307,14 +308,14 @@ def _write_fetchable_topic_response_v5(out: bytearray, o: FetchableTopicResponse
 def _read_fetchable_topic_response_v5(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v5(buf, pos)
         partitions.append(partitions_item)
-    return FetchableTopicResponse(topic=topic, partitions=partitions), pos
+    return FetchableTopicResponse(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_response_v5(out: bytearray, o: FetchResponse) -> None:
@@ -328,14 +329,14 @@ def _read_fetch_response_v5(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v5(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, responses=responses), pos
+    return FetchResponse(throttle_time_ms, 0, 0, responses, []), pos
 
 
 def _write_fetch_response_v7(out: bytearray, o: FetchResponse) -> None:
@@ -349,14 +350,14 @@ def _read_fetch_response_v7(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     throttle_time_ms, error_code, session_id = _F_ihi.unpack_from(buf, pos)
     pos += 10
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v5(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses, []), pos
 
 
 def _write_partition_data_v11(out: bytearray, o: PartitionData) -> None:
@@ -375,7 +376,7 @@ def _read_partition_data_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     partition_index, error_code, high_watermark, last_stable_offset, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     aborted_transactions: list[AbortedTransaction] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         aborted_transactions = None
     else:
@@ -386,7 +387,7 @@ def _read_partition_data_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     preferred_read_replica, = _F_i.unpack_from(buf, pos)
     pos += 4
     records, pos = read_records(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, log_start_offset=log_start_offset, aborted_transactions=aborted_transactions, preferred_read_replica=preferred_read_replica, records=records), pos
+    return PartitionData(partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), aborted_transactions, preferred_read_replica, records), pos
 
 
 def _write_fetchable_topic_response_v11(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -399,14 +400,14 @@ def _write_fetchable_topic_response_v11(out: bytearray, o: FetchableTopicRespons
 def _read_fetchable_topic_response_v11(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v11(buf, pos)
         partitions.append(partitions_item)
-    return FetchableTopicResponse(topic=topic, partitions=partitions), pos
+    return FetchableTopicResponse(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_response_v11(out: bytearray, o: FetchResponse) -> None:
@@ -420,14 +421,14 @@ def _read_fetch_response_v11(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     throttle_time_ms, error_code, session_id = _F_ihi.unpack_from(buf, pos)
     pos += 10
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v11(buf, pos)
         responses.append(responses_item)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses, []), pos
 
 
 def _write_epoch_end_offset_v12(out: bytearray, o: EpochEndOffset) -> None:
@@ -438,8 +439,11 @@ def _write_epoch_end_offset_v12(out: bytearray, o: EpochEndOffset) -> None:
 def _read_epoch_end_offset_v12(buf: Buffer, pos: int) -> tuple[EpochEndOffset, int]:
     epoch, end_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return EpochEndOffset(epoch=epoch, end_offset=end_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EpochEndOffset(epoch, end_offset), pos
 
 
 def _write_leader_id_and_epoch_v12(out: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -450,8 +454,11 @@ def _write_leader_id_and_epoch_v12(out: bytearray, o: LeaderIdAndEpoch) -> None:
 def _read_leader_id_and_epoch_v12(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderIdAndEpoch(leader_id, leader_epoch), pos
 
 
 def _write_snapshot_id_v12(out: bytearray, o: SnapshotId) -> None:
@@ -462,8 +469,11 @@ def _write_snapshot_id_v12(out: bytearray, o: SnapshotId) -> None:
 def _read_snapshot_id_v12(buf: Buffer, pos: int) -> tuple[SnapshotId, int]:
     end_offset, epoch = _F_qi.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return SnapshotId(end_offset=end_offset, epoch=epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SnapshotId(end_offset, epoch), pos
 
 
 def _write_aborted_transaction_v12(out: bytearray, o: AbortedTransaction) -> None:
@@ -474,8 +484,11 @@ def _write_aborted_transaction_v12(out: bytearray, o: AbortedTransaction) -> Non
 def _read_aborted_transaction_v12(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
     producer_id, first_offset = _F_qq.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return AbortedTransaction(producer_id=producer_id, first_offset=first_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AbortedTransaction(producer_id, first_offset), pos
 
 
 def _write_partition_data_v12(out: bytearray, o: PartitionData) -> None:
@@ -510,7 +523,7 @@ def _read_partition_data_v12(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     partition_index, error_code, high_watermark, last_stable_offset, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     aborted_transactions: list[AbortedTransaction] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         aborted_transactions = None
     else:
@@ -534,7 +547,7 @@ def _read_partition_data_v12(buf: Buffer, pos: int) -> tuple[PartitionData, int]
         elif tag == 2:
             snapshot_id, start = _read_snapshot_id_v12(buf, start)
         pos = end
-    return PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, log_start_offset=log_start_offset, aborted_transactions=aborted_transactions, preferred_read_replica=preferred_read_replica, records=records, diverging_epoch=diverging_epoch, current_leader=current_leader, snapshot_id=snapshot_id), pos
+    return PartitionData(partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, diverging_epoch, current_leader, snapshot_id, aborted_transactions, preferred_read_replica, records), pos
 
 
 def _write_fetchable_topic_response_v12(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -548,15 +561,18 @@ def _write_fetchable_topic_response_v12(out: bytearray, o: FetchableTopicRespons
 def _read_fetchable_topic_response_v12(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v12(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchableTopicResponse(topic=topic, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchableTopicResponse(topic, ZERO_UUID, partitions), pos
 
 
 def _write_fetch_response_v12(out: bytearray, o: FetchResponse) -> None:
@@ -571,15 +587,18 @@ def _read_fetch_response_v12(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     throttle_time_ms, error_code, session_id = _F_ihi.unpack_from(buf, pos)
     pos += 10
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v12(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses, []), pos
 
 
 def _write_fetchable_topic_response_v13(out: bytearray, o: FetchableTopicResponse) -> None:
@@ -593,15 +612,18 @@ def _write_fetchable_topic_response_v13(out: bytearray, o: FetchableTopicRespons
 def _read_fetchable_topic_response_v13(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v12(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchableTopicResponse(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchableTopicResponse('', topic_id, partitions), pos
 
 
 def _write_fetch_response_v13(out: bytearray, o: FetchResponse) -> None:
@@ -616,15 +638,18 @@ def _read_fetch_response_v13(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     throttle_time_ms, error_code, session_id = _F_ihi.unpack_from(buf, pos)
     pos += 10
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_fetchable_topic_response_v13(buf, pos)
         responses.append(responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses, []), pos
 
 
 def _write_node_endpoint_v16(out: bytearray, o: NodeEndpoint) -> None:
@@ -642,8 +667,11 @@ def _read_node_endpoint_v16(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port, rack), pos
 
 
 def _write_fetch_response_v16(out: bytearray, o: FetchResponse) -> None:
@@ -667,7 +695,7 @@ def _read_fetch_response_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     throttle_time_ms, error_code, session_id = _F_ihi.unpack_from(buf, pos)
     pos += 10
     responses: list[FetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchResponse.responses')
     responses = []
@@ -679,7 +707,7 @@ def _read_fetch_response_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array FetchResponse.node_endpoints')
             node_endpoints = []
@@ -687,7 +715,7 @@ def _read_fetch_response_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
                 node_endpoints_item, start = _read_node_endpoint_v16(buf, start)
                 node_endpoints.append(node_endpoints_item)
         pos = end
-    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=responses, node_endpoints=node_endpoints), pos
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses, node_endpoints), pos
 
 
 FetchResponse._WRITERS = {0: _write_fetch_response_v0, 1: _write_fetch_response_v1, 2: _write_fetch_response_v1, 3: _write_fetch_response_v1, 4: _write_fetch_response_v4, 5: _write_fetch_response_v5, 6: _write_fetch_response_v5, 7: _write_fetch_response_v7, 8: _write_fetch_response_v7, 9: _write_fetch_response_v7, 10: _write_fetch_response_v7, 11: _write_fetch_response_v11, 12: _write_fetch_response_v12, 13: _write_fetch_response_v13, 14: _write_fetch_response_v13, 15: _write_fetch_response_v13, 16: _write_fetch_response_v16, 17: _write_fetch_response_v16}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_tag_header,
@@ -83,8 +83,11 @@ def _write_snapshot_id_v0(out: bytearray, o: SnapshotId) -> None:
 def _read_snapshot_id_v0(buf: Buffer, pos: int) -> tuple[SnapshotId, int]:
     end_offset, epoch = _F_qi.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return SnapshotId(end_offset=end_offset, epoch=epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SnapshotId(end_offset, epoch), pos
 
 
 def _write_partition_snapshot_v0(out: bytearray, o: PartitionSnapshot) -> None:
@@ -101,8 +104,11 @@ def _read_partition_snapshot_v0(buf: Buffer, pos: int) -> tuple[PartitionSnapsho
     snapshot_id, pos = _read_snapshot_id_v0(buf, pos)
     position, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionSnapshot(partition=partition, current_leader_epoch=current_leader_epoch, snapshot_id=snapshot_id, position=position), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionSnapshot(partition, current_leader_epoch, snapshot_id, position, ZERO_UUID), pos
 
 
 def _write_topic_snapshot_v0(out: bytearray, o: TopicSnapshot) -> None:
@@ -116,15 +122,18 @@ def _write_topic_snapshot_v0(out: bytearray, o: TopicSnapshot) -> None:
 def _read_topic_snapshot_v0(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicSnapshot.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_snapshot_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicSnapshot(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicSnapshot(name, partitions), pos
 
 
 def _write_fetch_snapshot_request_v0(out: bytearray, o: FetchSnapshotRequest) -> None:
@@ -146,7 +155,7 @@ def _read_fetch_snapshot_request_v0(buf: Buffer, pos: int) -> tuple[FetchSnapsho
     replica_id, max_bytes = _F_ii.unpack_from(buf, pos)
     pos += 8
     topics: list[TopicSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchSnapshotRequest.topics')
     topics = []
@@ -160,7 +169,7 @@ def _read_fetch_snapshot_request_v0(buf: Buffer, pos: int) -> tuple[FetchSnapsho
         if tag == 0:
             cluster_id, start = read_compact_nullable_string(buf, start)
         pos = end
-    return FetchSnapshotRequest(replica_id=replica_id, max_bytes=max_bytes, topics=topics, cluster_id=cluster_id), pos
+    return FetchSnapshotRequest(cluster_id, replica_id, max_bytes, topics), pos
 
 
 def _write_partition_snapshot_v1(out: bytearray, o: PartitionSnapshot) -> None:
@@ -191,7 +200,7 @@ def _read_partition_snapshot_v1(buf: Buffer, pos: int) -> tuple[PartitionSnapsho
         if tag == 0:
             replica_directory_id, start = read_uuid(buf, start)
         pos = end
-    return PartitionSnapshot(partition=partition, current_leader_epoch=current_leader_epoch, snapshot_id=snapshot_id, position=position, replica_directory_id=replica_directory_id), pos
+    return PartitionSnapshot(partition, current_leader_epoch, snapshot_id, position, replica_directory_id), pos
 
 
 def _write_topic_snapshot_v1(out: bytearray, o: TopicSnapshot) -> None:
@@ -205,15 +214,18 @@ def _write_topic_snapshot_v1(out: bytearray, o: TopicSnapshot) -> None:
 def _read_topic_snapshot_v1(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicSnapshot.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_snapshot_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicSnapshot(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicSnapshot(name, partitions), pos
 
 
 def _write_fetch_snapshot_request_v1(out: bytearray, o: FetchSnapshotRequest) -> None:
@@ -235,7 +247,7 @@ def _read_fetch_snapshot_request_v1(buf: Buffer, pos: int) -> tuple[FetchSnapsho
     replica_id, max_bytes = _F_ii.unpack_from(buf, pos)
     pos += 8
     topics: list[TopicSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchSnapshotRequest.topics')
     topics = []
@@ -249,7 +261,7 @@ def _read_fetch_snapshot_request_v1(buf: Buffer, pos: int) -> tuple[FetchSnapsho
         if tag == 0:
             cluster_id, start = read_compact_nullable_string(buf, start)
         pos = end
-    return FetchSnapshotRequest(replica_id=replica_id, max_bytes=max_bytes, topics=topics, cluster_id=cluster_id), pos
+    return FetchSnapshotRequest(cluster_id, replica_id, max_bytes, topics), pos
 
 
 FetchSnapshotRequest._WRITERS = {0: _write_fetch_snapshot_request_v0, 1: _write_fetch_snapshot_request_v1}

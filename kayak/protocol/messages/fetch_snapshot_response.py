@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_records,
     read_compact_string,
     read_tag_header,
@@ -99,8 +99,11 @@ def _write_snapshot_id_v0(out: bytearray, o: SnapshotId) -> None:
 def _read_snapshot_id_v0(buf: Buffer, pos: int) -> tuple[SnapshotId, int]:
     end_offset, epoch = _F_qi.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return SnapshotId(end_offset=end_offset, epoch=epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SnapshotId(end_offset, epoch), pos
 
 
 def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -111,8 +114,11 @@ def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:
 def _read_leader_id_and_epoch_v0(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderIdAndEpoch(leader_id, leader_epoch), pos
 
 
 def _write_partition_snapshot_v0(out: bytearray, o: PartitionSnapshot) -> None:
@@ -145,7 +151,7 @@ def _read_partition_snapshot_v0(buf: Buffer, pos: int) -> tuple[PartitionSnapsho
         if tag == 0:
             current_leader, start = _read_leader_id_and_epoch_v0(buf, start)
         pos = end
-    return PartitionSnapshot(index=index, error_code=error_code, snapshot_id=snapshot_id, size=size, position=position, unaligned_records=unaligned_records, current_leader=current_leader), pos
+    return PartitionSnapshot(index, error_code, snapshot_id, current_leader, size, position, unaligned_records), pos
 
 
 def _write_topic_snapshot_v0(out: bytearray, o: TopicSnapshot) -> None:
@@ -159,15 +165,18 @@ def _write_topic_snapshot_v0(out: bytearray, o: TopicSnapshot) -> None:
 def _read_topic_snapshot_v0(buf: Buffer, pos: int) -> tuple[TopicSnapshot, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicSnapshot.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_snapshot_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicSnapshot(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicSnapshot(name, partitions), pos
 
 
 def _write_fetch_snapshot_response_v0(out: bytearray, o: FetchSnapshotResponse) -> None:
@@ -182,15 +191,18 @@ def _read_fetch_snapshot_response_v0(buf: Buffer, pos: int) -> tuple[FetchSnapsh
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     topics: list[TopicSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchSnapshotResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_snapshot_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchSnapshotResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchSnapshotResponse(throttle_time_ms, error_code, topics, []), pos
 
 
 def _write_node_endpoint_v1(out: bytearray, o: NodeEndpoint) -> None:
@@ -206,8 +218,11 @@ def _read_node_endpoint_v1(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port), pos
 
 
 def _write_fetch_snapshot_response_v1(out: bytearray, o: FetchSnapshotResponse) -> None:
@@ -231,7 +246,7 @@ def _read_fetch_snapshot_response_v1(buf: Buffer, pos: int) -> tuple[FetchSnapsh
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     topics: list[TopicSnapshot]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchSnapshotResponse.topics')
     topics = []
@@ -243,7 +258,7 @@ def _read_fetch_snapshot_response_v1(buf: Buffer, pos: int) -> tuple[FetchSnapsh
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array FetchSnapshotResponse.node_endpoints')
             node_endpoints = []
@@ -251,7 +266,7 @@ def _read_fetch_snapshot_response_v1(buf: Buffer, pos: int) -> tuple[FetchSnapsh
                 node_endpoints_item, start = _read_node_endpoint_v1(buf, start)
                 node_endpoints.append(node_endpoints_item)
         pos = end
-    return FetchSnapshotResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, topics=topics, node_endpoints=node_endpoints), pos
+    return FetchSnapshotResponse(throttle_time_ms, error_code, topics, node_endpoints), pos
 
 
 FetchSnapshotResponse._WRITERS = {0: _write_fetch_snapshot_response_v0, 1: _write_fetch_snapshot_response_v1}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     read_string,
@@ -52,7 +52,7 @@ def _write_find_coordinator_request_v0(out: bytearray, o: FindCoordinatorRequest
 
 def _read_find_coordinator_request_v0(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
     key, pos = read_string(buf, pos)
-    return FindCoordinatorRequest(key=key), pos
+    return FindCoordinatorRequest(key, 0, []), pos
 
 
 def _write_find_coordinator_request_v1(out: bytearray, o: FindCoordinatorRequest) -> None:
@@ -64,7 +64,7 @@ def _read_find_coordinator_request_v1(buf: Buffer, pos: int) -> tuple[FindCoordi
     key, pos = read_string(buf, pos)
     key_type, = _F_b.unpack_from(buf, pos)
     pos += 1
-    return FindCoordinatorRequest(key=key, key_type=key_type), pos
+    return FindCoordinatorRequest(key, key_type, []), pos
 
 
 def _write_find_coordinator_request_v3(out: bytearray, o: FindCoordinatorRequest) -> None:
@@ -77,8 +77,11 @@ def _read_find_coordinator_request_v3(buf: Buffer, pos: int) -> tuple[FindCoordi
     key, pos = read_compact_string(buf, pos)
     key_type, = _F_b.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return FindCoordinatorRequest(key=key, key_type=key_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FindCoordinatorRequest(key, key_type, []), pos
 
 
 def _write_find_coordinator_request_v4(out: bytearray, o: FindCoordinatorRequest) -> None:
@@ -93,12 +96,15 @@ def _read_find_coordinator_request_v4(buf: Buffer, pos: int) -> tuple[FindCoordi
     key_type, = _F_b.unpack_from(buf, pos)
     pos += 1
     coordinator_keys: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FindCoordinatorRequest.coordinator_keys')
     coordinator_keys, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return FindCoordinatorRequest(key_type=key_type, coordinator_keys=coordinator_keys), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FindCoordinatorRequest('', key_type, coordinator_keys), pos
 
 
 FindCoordinatorRequest._WRITERS = {0: _write_find_coordinator_request_v0, 1: _write_find_coordinator_request_v1, 2: _write_find_coordinator_request_v1, 3: _write_find_coordinator_request_v3, 4: _write_find_coordinator_request_v4, 5: _write_find_coordinator_request_v4, 6: _write_find_coordinator_request_v4}

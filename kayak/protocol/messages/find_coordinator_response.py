@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_string,
@@ -77,7 +77,7 @@ def _read_find_coordinator_response_v0(buf: Buffer, pos: int) -> tuple[FindCoord
     host, pos = read_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return FindCoordinatorResponse(error_code=error_code, node_id=node_id, host=host, port=port), pos
+    return FindCoordinatorResponse(0, error_code, '', node_id, host, port, []), pos
 
 
 def _write_find_coordinator_response_v1(out: bytearray, o: FindCoordinatorResponse) -> None:
@@ -97,7 +97,7 @@ def _read_find_coordinator_response_v1(buf: Buffer, pos: int) -> tuple[FindCoord
     host, pos = read_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return FindCoordinatorResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, node_id=node_id, host=host, port=port), pos
+    return FindCoordinatorResponse(throttle_time_ms, error_code, error_message, node_id, host, port, []), pos
 
 
 def _write_find_coordinator_response_v3(out: bytearray, o: FindCoordinatorResponse) -> None:
@@ -118,8 +118,11 @@ def _read_find_coordinator_response_v3(buf: Buffer, pos: int) -> tuple[FindCoord
     host, pos = read_compact_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return FindCoordinatorResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, node_id=node_id, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FindCoordinatorResponse(throttle_time_ms, error_code, error_message, node_id, host, port, []), pos
 
 
 def _write_coordinator_v4(out: bytearray, o: Coordinator) -> None:
@@ -139,8 +142,11 @@ def _read_coordinator_v4(buf: Buffer, pos: int) -> tuple[Coordinator, int]:
     port, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Coordinator(key, node_id, host, port, error_code, error_message), pos
 
 
 def _write_find_coordinator_response_v4(out: bytearray, o: FindCoordinatorResponse) -> None:
@@ -155,15 +161,18 @@ def _read_find_coordinator_response_v4(buf: Buffer, pos: int) -> tuple[FindCoord
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     coordinators: list[Coordinator]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FindCoordinatorResponse.coordinators')
     coordinators = []
     for _ in range(n):
         coordinators_item, pos = _read_coordinator_v4(buf, pos)
         coordinators.append(coordinators_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FindCoordinatorResponse(throttle_time_ms=throttle_time_ms, coordinators=coordinators), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FindCoordinatorResponse(throttle_time_ms, 0, '', 0, '', 0, coordinators), pos
 
 
 FindCoordinatorResponse._WRITERS = {0: _write_find_coordinator_response_v0, 1: _write_find_coordinator_response_v1, 2: _write_find_coordinator_response_v1, 3: _write_find_coordinator_response_v3, 4: _write_find_coordinator_response_v4, 5: _write_find_coordinator_response_v4, 6: _write_find_coordinator_response_v4}

@@ -43,8 +43,11 @@ def _write_get_telemetry_subscriptions_request_v0(out: bytearray, o: GetTelemetr
 
 def _read_get_telemetry_subscriptions_request_v0(buf: Buffer, pos: int) -> tuple[GetTelemetrySubscriptionsRequest, int]:
     client_instance_id, pos = read_uuid(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return GetTelemetrySubscriptionsRequest(client_instance_id=client_instance_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return GetTelemetrySubscriptionsRequest(client_instance_id), pos
 
 
 GetTelemetrySubscriptionsRequest._WRITERS = {0: _write_get_telemetry_subscriptions_request_v0}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT8,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     read_primitive_array,
@@ -76,19 +75,19 @@ def _read_get_telemetry_subscriptions_response_v0(buf: Buffer, pos: int) -> tupl
     subscription_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     accepted_compression_types: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array GetTelemetrySubscriptionsResponse.accepted_compression_types')
-    accepted_compression_types, pos = read_fixed_array(buf, pos, n, INT8)
+    accepted_compression_types, pos = read_fixed_array(buf, pos, True, 'b', 1)
     push_interval_ms, telemetry_max_bytes, delta_temporality = _F_iio.unpack_from(buf, pos)
     pos += 9
     requested_metrics: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GetTelemetrySubscriptionsResponse.requested_metrics')
     requested_metrics, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return GetTelemetrySubscriptionsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, client_instance_id=client_instance_id, subscription_id=subscription_id, accepted_compression_types=accepted_compression_types, push_interval_ms=push_interval_ms, telemetry_max_bytes=telemetry_max_bytes, delta_temporality=delta_temporality, requested_metrics=requested_metrics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return GetTelemetrySubscriptionsResponse(throttle_time_ms, error_code, client_instance_id, subscription_id, accepted_compression_types, push_interval_ms, telemetry_max_bytes, delta_temporality, requested_metrics), pos
 
 
 GetTelemetrySubscriptionsResponse._WRITERS = {0: _write_get_telemetry_subscriptions_response_v0}

@@ -59,7 +59,7 @@ def _read_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[HeartbeatRequest,
     generation_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     member_id, pos = read_string(buf, pos)
-    return HeartbeatRequest(group_id=group_id, generation_id=generation_id, member_id=member_id), pos
+    return HeartbeatRequest(group_id, generation_id, member_id, None), pos
 
 
 def _write_heartbeat_request_v3(out: bytearray, o: HeartbeatRequest) -> None:
@@ -75,7 +75,7 @@ def _read_heartbeat_request_v3(buf: Buffer, pos: int) -> tuple[HeartbeatRequest,
     pos += 4
     member_id, pos = read_string(buf, pos)
     group_instance_id, pos = read_nullable_string(buf, pos)
-    return HeartbeatRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id), pos
+    return HeartbeatRequest(group_id, generation_id, member_id, group_instance_id), pos
 
 
 def _write_heartbeat_request_v4(out: bytearray, o: HeartbeatRequest) -> None:
@@ -92,8 +92,11 @@ def _read_heartbeat_request_v4(buf: Buffer, pos: int) -> tuple[HeartbeatRequest,
     pos += 4
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return HeartbeatRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return HeartbeatRequest(group_id, generation_id, member_id, group_instance_id), pos
 
 
 HeartbeatRequest._WRITERS = {0: _write_heartbeat_request_v0, 1: _write_heartbeat_request_v0, 2: _write_heartbeat_request_v0, 3: _write_heartbeat_request_v3, 4: _write_heartbeat_request_v4}

@@ -46,7 +46,7 @@ def _write_heartbeat_response_v0(out: bytearray, o: HeartbeatResponse) -> None:
 def _read_heartbeat_response_v0(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return HeartbeatResponse(error_code=error_code), pos
+    return HeartbeatResponse(0, error_code), pos
 
 
 def _write_heartbeat_response_v1(out: bytearray, o: HeartbeatResponse) -> None:
@@ -56,7 +56,7 @@ def _write_heartbeat_response_v1(out: bytearray, o: HeartbeatResponse) -> None:
 def _read_heartbeat_response_v1(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return HeartbeatResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    return HeartbeatResponse(throttle_time_ms, error_code), pos
 
 
 def _write_heartbeat_response_v4(out: bytearray, o: HeartbeatResponse) -> None:
@@ -67,8 +67,11 @@ def _write_heartbeat_response_v4(out: bytearray, o: HeartbeatResponse) -> None:
 def _read_heartbeat_response_v4(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return HeartbeatResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return HeartbeatResponse(throttle_time_ms, error_code), pos
 
 
 HeartbeatResponse._WRITERS = {0: _write_heartbeat_response_v0, 1: _write_heartbeat_response_v1, 2: _write_heartbeat_response_v1, 3: _write_heartbeat_response_v1, 4: _write_heartbeat_response_v4}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -74,7 +75,7 @@ def _read_alterable_config_v0(buf: Buffer, pos: int) -> tuple[AlterableConfig, i
     config_operation, = _F_b.unpack_from(buf, pos)
     pos += 1
     value, pos = read_nullable_string(buf, pos)
-    return AlterableConfig(name=name, config_operation=config_operation, value=value), pos
+    return AlterableConfig(name, config_operation, value), pos
 
 
 def _write_alter_configs_resource_v0(out: bytearray, o: AlterConfigsResource) -> None:
@@ -90,14 +91,14 @@ def _read_alter_configs_resource_v0(buf: Buffer, pos: int) -> tuple[AlterConfigs
     pos += 1
     resource_name, pos = read_string(buf, pos)
     configs: list[AlterableConfig]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResource.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_alterable_config_v0(buf, pos)
         configs.append(configs_item)
-    return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    return AlterConfigsResource(resource_type, resource_name, configs), pos
 
 
 def _write_incremental_alter_configs_request_v0(out: bytearray, o: IncrementalAlterConfigsRequest) -> None:
@@ -109,7 +110,7 @@ def _write_incremental_alter_configs_request_v0(out: bytearray, o: IncrementalAl
 
 def _read_incremental_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple[IncrementalAlterConfigsRequest, int]:
     resources: list[AlterConfigsResource]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array IncrementalAlterConfigsRequest.resources')
     resources = []
@@ -118,7 +119,7 @@ def _read_incremental_alter_configs_request_v0(buf: Buffer, pos: int) -> tuple[I
         resources.append(resources_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return IncrementalAlterConfigsRequest(resources=resources, validate_only=validate_only), pos
+    return IncrementalAlterConfigsRequest(resources, validate_only), pos
 
 
 def _write_alterable_config_v1(out: bytearray, o: AlterableConfig) -> None:
@@ -133,8 +134,11 @@ def _read_alterable_config_v1(buf: Buffer, pos: int) -> tuple[AlterableConfig, i
     config_operation, = _F_b.unpack_from(buf, pos)
     pos += 1
     value, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterableConfig(name=name, config_operation=config_operation, value=value), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterableConfig(name, config_operation, value), pos
 
 
 def _write_alter_configs_resource_v1(out: bytearray, o: AlterConfigsResource) -> None:
@@ -151,15 +155,18 @@ def _read_alter_configs_resource_v1(buf: Buffer, pos: int) -> tuple[AlterConfigs
     pos += 1
     resource_name, pos = read_compact_string(buf, pos)
     configs: list[AlterableConfig]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AlterConfigsResource.configs')
     configs = []
     for _ in range(n):
         configs_item, pos = _read_alterable_config_v1(buf, pos)
         configs.append(configs_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AlterConfigsResource(resource_type=resource_type, resource_name=resource_name, configs=configs), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterConfigsResource(resource_type, resource_name, configs), pos
 
 
 def _write_incremental_alter_configs_request_v1(out: bytearray, o: IncrementalAlterConfigsRequest) -> None:
@@ -172,7 +179,7 @@ def _write_incremental_alter_configs_request_v1(out: bytearray, o: IncrementalAl
 
 def _read_incremental_alter_configs_request_v1(buf: Buffer, pos: int) -> tuple[IncrementalAlterConfigsRequest, int]:
     resources: list[AlterConfigsResource]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array IncrementalAlterConfigsRequest.resources')
     resources = []
@@ -181,8 +188,11 @@ def _read_incremental_alter_configs_request_v1(buf: Buffer, pos: int) -> tuple[I
         resources.append(resources_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return IncrementalAlterConfigsRequest(resources=resources, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return IncrementalAlterConfigsRequest(resources, validate_only), pos
 
 
 IncrementalAlterConfigsRequest._WRITERS = {0: _write_incremental_alter_configs_request_v0, 1: _write_incremental_alter_configs_request_v1}

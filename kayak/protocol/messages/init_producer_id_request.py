@@ -54,7 +54,7 @@ def _read_init_producer_id_request_v0(buf: Buffer, pos: int) -> tuple[InitProduc
     transactional_id, pos = read_nullable_string(buf, pos)
     transaction_timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms), pos
+    return InitProducerIdRequest(transactional_id, transaction_timeout_ms, -1, -1), pos
 
 
 def _write_init_producer_id_request_v2(out: bytearray, o: InitProducerIdRequest) -> None:
@@ -67,8 +67,11 @@ def _read_init_producer_id_request_v2(buf: Buffer, pos: int) -> tuple[InitProduc
     transactional_id, pos = read_compact_nullable_string(buf, pos)
     transaction_timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitProducerIdRequest(transactional_id, transaction_timeout_ms, -1, -1), pos
 
 
 def _write_init_producer_id_request_v3(out: bytearray, o: InitProducerIdRequest) -> None:
@@ -81,8 +84,11 @@ def _read_init_producer_id_request_v3(buf: Buffer, pos: int) -> tuple[InitProduc
     transactional_id, pos = read_compact_nullable_string(buf, pos)
     transaction_timeout_ms, producer_id, producer_epoch = _F_iqh.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tagged_fields(buf, pos)
-    return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms, producer_id=producer_id, producer_epoch=producer_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitProducerIdRequest(transactional_id, transaction_timeout_ms, producer_id, producer_epoch), pos
 
 
 InitProducerIdRequest._WRITERS = {0: _write_init_producer_id_request_v0, 1: _write_init_producer_id_request_v0, 2: _write_init_producer_id_request_v2, 3: _write_init_producer_id_request_v3, 4: _write_init_producer_id_request_v3, 5: _write_init_producer_id_request_v3}

@@ -47,7 +47,7 @@ def _write_init_producer_id_response_v0(out: bytearray, o: InitProducerIdRespons
 def _read_init_producer_id_response_v0(buf: Buffer, pos: int) -> tuple[InitProducerIdResponse, int]:
     throttle_time_ms, error_code, producer_id, producer_epoch = _F_ihqh.unpack_from(buf, pos)
     pos += 16
-    return InitProducerIdResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, producer_id=producer_id, producer_epoch=producer_epoch), pos
+    return InitProducerIdResponse(throttle_time_ms, error_code, producer_id, producer_epoch), pos
 
 
 def _write_init_producer_id_response_v2(out: bytearray, o: InitProducerIdResponse) -> None:
@@ -58,8 +58,11 @@ def _write_init_producer_id_response_v2(out: bytearray, o: InitProducerIdRespons
 def _read_init_producer_id_response_v2(buf: Buffer, pos: int) -> tuple[InitProducerIdResponse, int]:
     throttle_time_ms, error_code, producer_id, producer_epoch = _F_ihqh.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return InitProducerIdResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, producer_id=producer_id, producer_epoch=producer_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitProducerIdResponse(throttle_time_ms, error_code, producer_id, producer_epoch), pos
 
 
 InitProducerIdResponse._WRITERS = {0: _write_init_producer_id_response_v0, 1: _write_init_producer_id_response_v0, 2: _write_init_producer_id_response_v2, 3: _write_init_producer_id_response_v2, 4: _write_init_producer_id_response_v2, 5: _write_init_producer_id_response_v2}

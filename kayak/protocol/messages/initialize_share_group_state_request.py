@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -65,8 +65,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition, state_epoch, start_offset = _F_iiq.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition=partition, state_epoch=state_epoch, start_offset=start_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition, state_epoch, start_offset), pos
 
 
 def _write_initialize_state_data_v0(out: bytearray, o: InitializeStateData) -> None:
@@ -80,15 +83,18 @@ def _write_initialize_state_data_v0(out: bytearray, o: InitializeStateData) -> N
 def _read_initialize_state_data_v0(buf: Buffer, pos: int) -> tuple[InitializeStateData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array InitializeStateData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return InitializeStateData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitializeStateData(topic_id, partitions), pos
 
 
 def _write_initialize_share_group_state_request_v0(out: bytearray, o: InitializeShareGroupStateRequest) -> None:
@@ -102,15 +108,18 @@ def _write_initialize_share_group_state_request_v0(out: bytearray, o: Initialize
 def _read_initialize_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[InitializeShareGroupStateRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[InitializeStateData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array InitializeShareGroupStateRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_initialize_state_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return InitializeShareGroupStateRequest(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitializeShareGroupStateRequest(group_id, topics), pos
 
 
 InitializeShareGroupStateRequest._WRITERS = {0: _write_initialize_share_group_state_request_v0}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_uuid,
     skip_tagged_fields,
@@ -66,8 +66,11 @@ def _read_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult, i
     partition, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionResult(partition=partition, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionResult(partition, error_code, error_message), pos
 
 
 def _write_initialize_state_result_v0(out: bytearray, o: InitializeStateResult) -> None:
@@ -81,15 +84,18 @@ def _write_initialize_state_result_v0(out: bytearray, o: InitializeStateResult) 
 def _read_initialize_state_result_v0(buf: Buffer, pos: int) -> tuple[InitializeStateResult, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array InitializeStateResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return InitializeStateResult(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitializeStateResult(topic_id, partitions), pos
 
 
 def _write_initialize_share_group_state_response_v0(out: bytearray, o: InitializeShareGroupStateResponse) -> None:
@@ -101,15 +107,18 @@ def _write_initialize_share_group_state_response_v0(out: bytearray, o: Initializ
 
 def _read_initialize_share_group_state_response_v0(buf: Buffer, pos: int) -> tuple[InitializeShareGroupStateResponse, int]:
     results: list[InitializeStateResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array InitializeShareGroupStateResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_initialize_state_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return InitializeShareGroupStateResponse(results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return InitializeShareGroupStateResponse(results), pos
 
 
 InitializeShareGroupStateResponse._WRITERS = {0: _write_initialize_share_group_state_response_v0}

@@ -14,11 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -73,7 +74,7 @@ def _write_join_group_request_protocol_v0(out: bytearray, o: JoinGroupRequestPro
 def _read_join_group_request_protocol_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     name, pos = read_string(buf, pos)
     metadata, pos = read_bytes(buf, pos)
-    return JoinGroupRequestProtocol(name=name, metadata=metadata), pos
+    return JoinGroupRequestProtocol(name, metadata), pos
 
 
 def _write_join_group_request_v0(out: bytearray, o: JoinGroupRequest) -> None:
@@ -93,14 +94,14 @@ def _read_join_group_request_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     member_id, pos = read_string(buf, pos)
     protocol_type, pos = read_string(buf, pos)
     protocols: list[JoinGroupRequestProtocol]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupRequest.protocols')
     protocols = []
     for _ in range(n):
         protocols_item, pos = _read_join_group_request_protocol_v0(buf, pos)
         protocols.append(protocols_item)
-    return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, member_id=member_id, protocol_type=protocol_type, protocols=protocols), pos
+    return JoinGroupRequest(group_id, session_timeout_ms, -1, member_id, None, protocol_type, protocols, None), pos
 
 
 def _write_join_group_request_v1(out: bytearray, o: JoinGroupRequest) -> None:
@@ -120,14 +121,14 @@ def _read_join_group_request_v1(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     member_id, pos = read_string(buf, pos)
     protocol_type, pos = read_string(buf, pos)
     protocols: list[JoinGroupRequestProtocol]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupRequest.protocols')
     protocols = []
     for _ in range(n):
         protocols_item, pos = _read_join_group_request_protocol_v0(buf, pos)
         protocols.append(protocols_item)
-    return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, protocol_type=protocol_type, protocols=protocols), pos
+    return JoinGroupRequest(group_id, session_timeout_ms, rebalance_timeout_ms, member_id, None, protocol_type, protocols, None), pos
 
 
 def _write_join_group_request_v5(out: bytearray, o: JoinGroupRequest) -> None:
@@ -149,14 +150,14 @@ def _read_join_group_request_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     group_instance_id, pos = read_nullable_string(buf, pos)
     protocol_type, pos = read_string(buf, pos)
     protocols: list[JoinGroupRequestProtocol]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupRequest.protocols')
     protocols = []
     for _ in range(n):
         protocols_item, pos = _read_join_group_request_protocol_v0(buf, pos)
         protocols.append(protocols_item)
-    return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols), pos
+    return JoinGroupRequest(group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id, protocol_type, protocols, None), pos
 
 
 def _write_join_group_request_protocol_v6(out: bytearray, o: JoinGroupRequestProtocol) -> None:
@@ -168,8 +169,11 @@ def _write_join_group_request_protocol_v6(out: bytearray, o: JoinGroupRequestPro
 def _read_join_group_request_protocol_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRequestProtocol, int]:
     name, pos = read_compact_string(buf, pos)
     metadata, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupRequestProtocol(name=name, metadata=metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupRequestProtocol(name, metadata), pos
 
 
 def _write_join_group_request_v6(out: bytearray, o: JoinGroupRequest) -> None:
@@ -192,15 +196,18 @@ def _read_join_group_request_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     protocol_type, pos = read_compact_string(buf, pos)
     protocols: list[JoinGroupRequestProtocol]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupRequest.protocols')
     protocols = []
     for _ in range(n):
         protocols_item, pos = _read_join_group_request_protocol_v6(buf, pos)
         protocols.append(protocols_item)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupRequest(group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id, protocol_type, protocols, None), pos
 
 
 def _write_join_group_request_v8(out: bytearray, o: JoinGroupRequest) -> None:
@@ -224,7 +231,7 @@ def _read_join_group_request_v8(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     protocol_type, pos = read_compact_string(buf, pos)
     protocols: list[JoinGroupRequestProtocol]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupRequest.protocols')
     protocols = []
@@ -232,8 +239,11 @@ def _read_join_group_request_v8(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
         protocols_item, pos = _read_join_group_request_protocol_v6(buf, pos)
         protocols.append(protocols_item)
     reason, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupRequest(group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols, reason=reason), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupRequest(group_id, session_timeout_ms, rebalance_timeout_ms, member_id, group_instance_id, protocol_type, protocols, reason), pos
 
 
 JoinGroupRequest._WRITERS = {0: _write_join_group_request_v0, 1: _write_join_group_request_v1, 2: _write_join_group_request_v1, 3: _write_join_group_request_v1, 4: _write_join_group_request_v1, 5: _write_join_group_request_v5, 6: _write_join_group_request_v6, 7: _write_join_group_request_v6, 8: _write_join_group_request_v8, 9: _write_join_group_request_v8}

@@ -15,11 +15,12 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     not_null,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -77,7 +78,7 @@ def _write_join_group_response_member_v0(out: bytearray, o: JoinGroupResponseMem
 def _read_join_group_response_member_v0(buf: Buffer, pos: int) -> tuple[JoinGroupResponseMember, int]:
     member_id, pos = read_string(buf, pos)
     metadata, pos = read_bytes(buf, pos)
-    return JoinGroupResponseMember(member_id=member_id, metadata=metadata), pos
+    return JoinGroupResponseMember(member_id, None, metadata), pos
 
 
 def _write_join_group_response_v0(out: bytearray, o: JoinGroupResponse) -> None:
@@ -97,14 +98,14 @@ def _read_join_group_response_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     leader, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v0(buf, pos)
         members.append(members_item)
-    return JoinGroupResponse(error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
+    return JoinGroupResponse(0, error_code, generation_id, None, protocol_name, leader, False, member_id, members), pos
 
 
 def _write_join_group_response_v2(out: bytearray, o: JoinGroupResponse) -> None:
@@ -124,14 +125,14 @@ def _read_join_group_response_v2(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     leader, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v0(buf, pos)
         members.append(members_item)
-    return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
+    return JoinGroupResponse(throttle_time_ms, error_code, generation_id, None, protocol_name, leader, False, member_id, members), pos
 
 
 def _write_join_group_response_member_v5(out: bytearray, o: JoinGroupResponseMember) -> None:
@@ -144,7 +145,7 @@ def _read_join_group_response_member_v5(buf: Buffer, pos: int) -> tuple[JoinGrou
     member_id, pos = read_string(buf, pos)
     group_instance_id, pos = read_nullable_string(buf, pos)
     metadata, pos = read_bytes(buf, pos)
-    return JoinGroupResponseMember(member_id=member_id, group_instance_id=group_instance_id, metadata=metadata), pos
+    return JoinGroupResponseMember(member_id, group_instance_id, metadata), pos
 
 
 def _write_join_group_response_v5(out: bytearray, o: JoinGroupResponse) -> None:
@@ -164,14 +165,14 @@ def _read_join_group_response_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     leader, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v5(buf, pos)
         members.append(members_item)
-    return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
+    return JoinGroupResponse(throttle_time_ms, error_code, generation_id, None, protocol_name, leader, False, member_id, members), pos
 
 
 def _write_join_group_response_member_v6(out: bytearray, o: JoinGroupResponseMember) -> None:
@@ -185,8 +186,11 @@ def _read_join_group_response_member_v6(buf: Buffer, pos: int) -> tuple[JoinGrou
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     metadata, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupResponseMember(member_id=member_id, group_instance_id=group_instance_id, metadata=metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupResponseMember(member_id, group_instance_id, metadata), pos
 
 
 def _write_join_group_response_v6(out: bytearray, o: JoinGroupResponse) -> None:
@@ -207,15 +211,18 @@ def _read_join_group_response_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     leader, pos = read_compact_string(buf, pos)
     member_id, pos = read_compact_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v6(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupResponse(throttle_time_ms, error_code, generation_id, None, protocol_name, leader, False, member_id, members), pos
 
 
 def _write_join_group_response_v7(out: bytearray, o: JoinGroupResponse) -> None:
@@ -238,15 +245,18 @@ def _read_join_group_response_v7(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     leader, pos = read_compact_string(buf, pos)
     member_id, pos = read_compact_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v6(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_type=protocol_type, protocol_name=protocol_name, leader=leader, member_id=member_id, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupResponse(throttle_time_ms, error_code, generation_id, protocol_type, protocol_name, leader, False, member_id, members), pos
 
 
 def _write_join_group_response_v9(out: bytearray, o: JoinGroupResponse) -> None:
@@ -272,15 +282,18 @@ def _read_join_group_response_v9(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     pos += 1
     member_id, pos = read_compact_string(buf, pos)
     members: list[JoinGroupResponseMember]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array JoinGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_join_group_response_member_v6(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return JoinGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, generation_id=generation_id, protocol_type=protocol_type, protocol_name=protocol_name, leader=leader, skip_assignment=skip_assignment, member_id=member_id, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return JoinGroupResponse(throttle_time_ms, error_code, generation_id, protocol_type, protocol_name, leader, skip_assignment, member_id, members), pos
 
 
 JoinGroupResponse._WRITERS = {0: _write_join_group_response_v0, 1: _write_join_group_response_v0, 2: _write_join_group_response_v2, 3: _write_join_group_response_v2, 4: _write_join_group_response_v2, 5: _write_join_group_response_v5, 6: _write_join_group_response_v6, 7: _write_join_group_response_v7, 8: _write_join_group_response_v7, 9: _write_join_group_response_v9}

@@ -46,8 +46,11 @@ def _write_k_raft_version_record_v0(out: bytearray, o: KRaftVersionRecord) -> No
 def _read_k_raft_version_record_v0(buf: Buffer, pos: int) -> tuple[KRaftVersionRecord, int]:
     version, k_raft_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return KRaftVersionRecord(version=version, k_raft_version=k_raft_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return KRaftVersionRecord(version, k_raft_version), pos
 
 
 KRaftVersionRecord._WRITERS = {0: _write_k_raft_version_record_v0}

@@ -14,11 +14,11 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     read_uuid,
     skip_tagged_fields,
@@ -106,18 +106,12 @@ def _read_leader_and_isr_partition_state_v0(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return LeaderAndIsrPartitionState(topic_name=topic_name, partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas), pos
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return LeaderAndIsrPartitionState(topic_name, partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, [], [], False, 0), pos
 
 
 def _write_leader_and_isr_live_leader_v0(out: bytearray, o: LeaderAndIsrLiveLeader) -> None:
@@ -132,7 +126,7 @@ def _read_leader_and_isr_live_leader_v0(buf: Buffer, pos: int) -> tuple[LeaderAn
     host_name, pos = read_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return LeaderAndIsrLiveLeader(broker_id=broker_id, host_name=host_name, port=port), pos
+    return LeaderAndIsrLiveLeader(broker_id, host_name, port), pos
 
 
 def _write_leader_and_isr_request_v0(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -149,7 +143,7 @@ def _read_leader_and_isr_request_v0(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -157,14 +151,14 @@ def _read_leader_and_isr_request_v0(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         ungrouped_partition_states_item, pos = _read_leader_and_isr_partition_state_v0(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v0(buf, pos)
         live_leaders.append(live_leaders_item)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_leaders=live_leaders), pos
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, -1, 0, ungrouped_partition_states, [], live_leaders), pos
 
 
 def _write_leader_and_isr_partition_state_v1(out: bytearray, o: LeaderAndIsrPartitionState) -> None:
@@ -183,20 +177,14 @@ def _read_leader_and_isr_partition_state_v1(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     is_new, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(topic_name=topic_name, partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas, is_new=is_new), pos
+    return LeaderAndIsrPartitionState(topic_name, partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, [], [], is_new, 0), pos
 
 
 def _write_leader_and_isr_request_v1(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -213,7 +201,7 @@ def _read_leader_and_isr_request_v1(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -221,14 +209,14 @@ def _read_leader_and_isr_request_v1(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         ungrouped_partition_states_item, pos = _read_leader_and_isr_partition_state_v1(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v0(buf, pos)
         live_leaders.append(live_leaders_item)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_leaders=live_leaders), pos
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, -1, 0, ungrouped_partition_states, [], live_leaders), pos
 
 
 def _write_leader_and_isr_partition_state_v2(out: bytearray, o: LeaderAndIsrPartitionState) -> None:
@@ -245,20 +233,14 @@ def _read_leader_and_isr_partition_state_v2(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     is_new, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas, is_new=is_new), pos
+    return LeaderAndIsrPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, [], [], is_new, 0), pos
 
 
 def _write_leader_and_isr_topic_state_v2(out: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -271,14 +253,14 @@ def _write_leader_and_isr_topic_state_v2(out: bytearray, o: LeaderAndIsrTopicSta
 def _read_leader_and_isr_topic_state_v2(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     topic_name, pos = read_string(buf, pos)
     partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_leader_and_isr_partition_state_v2(buf, pos)
         partition_states.append(partition_states_item)
-    return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    return LeaderAndIsrTopicState(topic_name, ZERO_UUID, partition_states), pos
 
 
 def _write_leader_and_isr_request_v2(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -295,7 +277,7 @@ def _read_leader_and_isr_request_v2(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -303,14 +285,14 @@ def _read_leader_and_isr_request_v2(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v2(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v0(buf, pos)
         live_leaders.append(live_leaders_item)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders), pos
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, broker_epoch, 0, [], topic_states, live_leaders), pos
 
 
 def _write_leader_and_isr_partition_state_v3(out: bytearray, o: LeaderAndIsrPartitionState) -> None:
@@ -331,30 +313,18 @@ def _read_leader_and_isr_partition_state_v3(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     adding_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.adding_replicas')
-    adding_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    adding_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     removing_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.removing_replicas')
-    removing_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    removing_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     is_new, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return LeaderAndIsrPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas, adding_replicas=adding_replicas, removing_replicas=removing_replicas, is_new=is_new), pos
+    return LeaderAndIsrPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, adding_replicas, removing_replicas, is_new, 0), pos
 
 
 def _write_leader_and_isr_topic_state_v3(out: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -367,14 +337,14 @@ def _write_leader_and_isr_topic_state_v3(out: bytearray, o: LeaderAndIsrTopicSta
 def _read_leader_and_isr_topic_state_v3(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     topic_name, pos = read_string(buf, pos)
     partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_leader_and_isr_partition_state_v3(buf, pos)
         partition_states.append(partition_states_item)
-    return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    return LeaderAndIsrTopicState(topic_name, ZERO_UUID, partition_states), pos
 
 
 def _write_leader_and_isr_request_v3(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -391,7 +361,7 @@ def _read_leader_and_isr_request_v3(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -399,14 +369,14 @@ def _read_leader_and_isr_request_v3(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v3(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v0(buf, pos)
         live_leaders.append(live_leaders_item)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders), pos
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, broker_epoch, 0, [], topic_states, live_leaders), pos
 
 
 def _write_leader_and_isr_partition_state_v4(out: bytearray, o: LeaderAndIsrPartitionState) -> None:
@@ -428,31 +398,22 @@ def _read_leader_and_isr_partition_state_v4(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     adding_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.adding_replicas')
-    adding_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    adding_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     removing_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.removing_replicas')
-    removing_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    removing_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     is_new, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas, adding_replicas=adding_replicas, removing_replicas=removing_replicas, is_new=is_new), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, adding_replicas, removing_replicas, is_new, 0), pos
 
 
 def _write_leader_and_isr_topic_state_v4(out: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -466,15 +427,18 @@ def _write_leader_and_isr_topic_state_v4(out: bytearray, o: LeaderAndIsrTopicSta
 def _read_leader_and_isr_topic_state_v4(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicState, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_leader_and_isr_partition_state_v4(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrTopicState(topic_name, ZERO_UUID, partition_states), pos
 
 
 def _write_leader_and_isr_live_leader_v4(out: bytearray, o: LeaderAndIsrLiveLeader) -> None:
@@ -490,8 +454,11 @@ def _read_leader_and_isr_live_leader_v4(buf: Buffer, pos: int) -> tuple[LeaderAn
     host_name, pos = read_compact_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrLiveLeader(broker_id=broker_id, host_name=host_name, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrLiveLeader(broker_id, host_name, port), pos
 
 
 def _write_leader_and_isr_request_v4(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -509,7 +476,7 @@ def _read_leader_and_isr_request_v4(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -517,15 +484,18 @@ def _read_leader_and_isr_request_v4(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v4(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v4(buf, pos)
         live_leaders.append(live_leaders_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_leaders=live_leaders), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, broker_epoch, 0, [], topic_states, live_leaders), pos
 
 
 def _write_leader_and_isr_topic_state_v5(out: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -541,15 +511,18 @@ def _read_leader_and_isr_topic_state_v5(buf: Buffer, pos: int) -> tuple[LeaderAn
     topic_name, pos = read_compact_string(buf, pos)
     topic_id, pos = read_uuid(buf, pos)
     partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_leader_and_isr_partition_state_v4(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrTopicState(topic_name, topic_id, partition_states), pos
 
 
 def _write_leader_and_isr_request_v5(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -567,7 +540,7 @@ def _read_leader_and_isr_request_v5(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch, broker_epoch, type = _F_iiqb.unpack_from(buf, pos)
     pos += 17
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -575,15 +548,18 @@ def _read_leader_and_isr_request_v5(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v5(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v4(buf, pos)
         live_leaders.append(live_leaders_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, broker_epoch, type, [], topic_states, live_leaders), pos
 
 
 def _write_leader_and_isr_partition_state_v6(out: bytearray, o: LeaderAndIsrPartitionState) -> None:
@@ -605,31 +581,22 @@ def _read_leader_and_isr_partition_state_v6(buf: Buffer, pos: int) -> tuple[Lead
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     partition_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     adding_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.adding_replicas')
-    adding_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    adding_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     removing_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array LeaderAndIsrPartitionState.removing_replicas')
-    removing_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    removing_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     is_new, leader_recovery_state = _F_ob.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch, replicas=replicas, adding_replicas=adding_replicas, removing_replicas=removing_replicas, is_new=is_new, leader_recovery_state=leader_recovery_state), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas, adding_replicas, removing_replicas, is_new, leader_recovery_state), pos
 
 
 def _write_leader_and_isr_topic_state_v6(out: bytearray, o: LeaderAndIsrTopicState) -> None:
@@ -645,15 +612,18 @@ def _read_leader_and_isr_topic_state_v6(buf: Buffer, pos: int) -> tuple[LeaderAn
     topic_name, pos = read_compact_string(buf, pos)
     topic_id, pos = read_uuid(buf, pos)
     partition_states: list[LeaderAndIsrPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_leader_and_isr_partition_state_v6(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrTopicState(topic_name, topic_id, partition_states), pos
 
 
 def _write_leader_and_isr_request_v6(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -671,7 +641,7 @@ def _read_leader_and_isr_request_v6(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, controller_epoch, broker_epoch, type = _F_iiqb.unpack_from(buf, pos)
     pos += 17
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -679,15 +649,18 @@ def _read_leader_and_isr_request_v6(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v6(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v4(buf, pos)
         live_leaders.append(live_leaders_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrRequest(controller_id, False, controller_epoch, broker_epoch, type, [], topic_states, live_leaders), pos
 
 
 def _write_leader_and_isr_request_v7(out: bytearray, o: LeaderAndIsrRequest) -> None:
@@ -705,7 +678,7 @@ def _read_leader_and_isr_request_v7(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
     controller_id, is_k_raft_controller, controller_epoch, broker_epoch, type = _F_ioiqb.unpack_from(buf, pos)
     pos += 18
     topic_states: list[LeaderAndIsrTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.topic_states')
     topic_states = []
@@ -713,15 +686,18 @@ def _read_leader_and_isr_request_v7(buf: Buffer, pos: int) -> tuple[LeaderAndIsr
         topic_states_item, pos = _read_leader_and_isr_topic_state_v6(buf, pos)
         topic_states.append(topic_states_item)
     live_leaders: list[LeaderAndIsrLiveLeader]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrRequest.live_leaders')
     live_leaders = []
     for _ in range(n):
         live_leaders_item, pos = _read_leader_and_isr_live_leader_v4(buf, pos)
         live_leaders.append(live_leaders_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrRequest(controller_id=controller_id, is_k_raft_controller=is_k_raft_controller, controller_epoch=controller_epoch, broker_epoch=broker_epoch, type=type, topic_states=topic_states, live_leaders=live_leaders), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrRequest(controller_id, is_k_raft_controller, controller_epoch, broker_epoch, type, [], topic_states, live_leaders), pos
 
 
 LeaderAndIsrRequest._WRITERS = {0: _write_leader_and_isr_request_v0, 1: _write_leader_and_isr_request_v1, 2: _write_leader_and_isr_request_v2, 3: _write_leader_and_isr_request_v3, 4: _write_leader_and_isr_request_v4, 5: _write_leader_and_isr_request_v5, 6: _write_leader_and_isr_request_v6, 7: _write_leader_and_isr_request_v7}

@@ -15,8 +15,9 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     read_uuid,
     skip_tagged_fields,
@@ -70,7 +71,7 @@ def _read_leader_and_isr_partition_error_v0(buf: Buffer, pos: int) -> tuple[Lead
     topic_name, pos = read_string(buf, pos)
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return LeaderAndIsrPartitionError(topic_name=topic_name, partition_index=partition_index, error_code=error_code), pos
+    return LeaderAndIsrPartitionError(topic_name, partition_index, error_code), pos
 
 
 def _write_leader_and_isr_response_v0(out: bytearray, o: LeaderAndIsrResponse) -> None:
@@ -84,14 +85,14 @@ def _read_leader_and_isr_response_v0(buf: Buffer, pos: int) -> tuple[LeaderAndIs
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     partition_errors: list[LeaderAndIsrPartitionError]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrResponse.partition_errors')
     partition_errors = []
     for _ in range(n):
         partition_errors_item, pos = _read_leader_and_isr_partition_error_v0(buf, pos)
         partition_errors.append(partition_errors_item)
-    return LeaderAndIsrResponse(error_code=error_code, partition_errors=partition_errors), pos
+    return LeaderAndIsrResponse(error_code, partition_errors, []), pos
 
 
 def _write_leader_and_isr_partition_error_v4(out: bytearray, o: LeaderAndIsrPartitionError) -> None:
@@ -104,8 +105,11 @@ def _read_leader_and_isr_partition_error_v4(buf: Buffer, pos: int) -> tuple[Lead
     topic_name, pos = read_compact_string(buf, pos)
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrPartitionError(topic_name=topic_name, partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrPartitionError(topic_name, partition_index, error_code), pos
 
 
 def _write_leader_and_isr_response_v4(out: bytearray, o: LeaderAndIsrResponse) -> None:
@@ -120,15 +124,18 @@ def _read_leader_and_isr_response_v4(buf: Buffer, pos: int) -> tuple[LeaderAndIs
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     partition_errors: list[LeaderAndIsrPartitionError]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrResponse.partition_errors')
     partition_errors = []
     for _ in range(n):
         partition_errors_item, pos = _read_leader_and_isr_partition_error_v4(buf, pos)
         partition_errors.append(partition_errors_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrResponse(error_code=error_code, partition_errors=partition_errors), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrResponse(error_code, partition_errors, []), pos
 
 
 def _write_leader_and_isr_partition_error_v5(out: bytearray, o: LeaderAndIsrPartitionError) -> None:
@@ -139,8 +146,11 @@ def _write_leader_and_isr_partition_error_v5(out: bytearray, o: LeaderAndIsrPart
 def _read_leader_and_isr_partition_error_v5(buf: Buffer, pos: int) -> tuple[LeaderAndIsrPartitionError, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrPartitionError(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrPartitionError('', partition_index, error_code), pos
 
 
 def _write_leader_and_isr_topic_error_v5(out: bytearray, o: LeaderAndIsrTopicError) -> None:
@@ -154,15 +164,18 @@ def _write_leader_and_isr_topic_error_v5(out: bytearray, o: LeaderAndIsrTopicErr
 def _read_leader_and_isr_topic_error_v5(buf: Buffer, pos: int) -> tuple[LeaderAndIsrTopicError, int]:
     topic_id, pos = read_uuid(buf, pos)
     partition_errors: list[LeaderAndIsrPartitionError]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrTopicError.partition_errors')
     partition_errors = []
     for _ in range(n):
         partition_errors_item, pos = _read_leader_and_isr_partition_error_v5(buf, pos)
         partition_errors.append(partition_errors_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrTopicError(topic_id=topic_id, partition_errors=partition_errors), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrTopicError(topic_id, partition_errors), pos
 
 
 def _write_leader_and_isr_response_v5(out: bytearray, o: LeaderAndIsrResponse) -> None:
@@ -177,15 +190,18 @@ def _read_leader_and_isr_response_v5(buf: Buffer, pos: int) -> tuple[LeaderAndIs
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     topics: list[LeaderAndIsrTopicError]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderAndIsrResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_leader_and_isr_topic_error_v5(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderAndIsrResponse(error_code=error_code, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderAndIsrResponse(error_code, [], topics), pos
 
 
 LeaderAndIsrResponse._WRITERS = {0: _write_leader_and_isr_response_v0, 1: _write_leader_and_isr_response_v0, 2: _write_leader_and_isr_response_v0, 3: _write_leader_and_isr_response_v0, 4: _write_leader_and_isr_response_v4, 5: _write_leader_and_isr_response_v5, 6: _write_leader_and_isr_response_v5, 7: _write_leader_and_isr_response_v5}

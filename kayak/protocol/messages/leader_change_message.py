@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_uuid,
     skip_tagged_fields,
     write_array_length,
@@ -59,8 +59,11 @@ def _write_voter_v0(out: bytearray, o: Voter) -> None:
 def _read_voter_v0(buf: Buffer, pos: int) -> tuple[Voter, int]:
     voter_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return Voter(voter_id=voter_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Voter(voter_id, ZERO_UUID), pos
 
 
 def _write_leader_change_message_v0(out: bytearray, o: LeaderChangeMessage) -> None:
@@ -78,7 +81,7 @@ def _read_leader_change_message_v0(buf: Buffer, pos: int) -> tuple[LeaderChangeM
     version, leader_id = _F_hi.unpack_from(buf, pos)
     pos += 6
     voters: list[Voter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderChangeMessage.voters')
     voters = []
@@ -86,15 +89,18 @@ def _read_leader_change_message_v0(buf: Buffer, pos: int) -> tuple[LeaderChangeM
         voters_item, pos = _read_voter_v0(buf, pos)
         voters.append(voters_item)
     granting_voters: list[Voter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderChangeMessage.granting_voters')
     granting_voters = []
     for _ in range(n):
         granting_voters_item, pos = _read_voter_v0(buf, pos)
         granting_voters.append(granting_voters_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderChangeMessage(version=version, leader_id=leader_id, voters=voters, granting_voters=granting_voters), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderChangeMessage(version, leader_id, voters, granting_voters), pos
 
 
 def _write_voter_v1(out: bytearray, o: Voter) -> None:
@@ -107,8 +113,11 @@ def _read_voter_v1(buf: Buffer, pos: int) -> tuple[Voter, int]:
     voter_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     voter_directory_id, pos = read_uuid(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return Voter(voter_id=voter_id, voter_directory_id=voter_directory_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Voter(voter_id, voter_directory_id), pos
 
 
 def _write_leader_change_message_v1(out: bytearray, o: LeaderChangeMessage) -> None:
@@ -126,7 +135,7 @@ def _read_leader_change_message_v1(buf: Buffer, pos: int) -> tuple[LeaderChangeM
     version, leader_id = _F_hi.unpack_from(buf, pos)
     pos += 6
     voters: list[Voter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderChangeMessage.voters')
     voters = []
@@ -134,15 +143,18 @@ def _read_leader_change_message_v1(buf: Buffer, pos: int) -> tuple[LeaderChangeM
         voters_item, pos = _read_voter_v1(buf, pos)
         voters.append(voters_item)
     granting_voters: list[Voter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaderChangeMessage.granting_voters')
     granting_voters = []
     for _ in range(n):
         granting_voters_item, pos = _read_voter_v1(buf, pos)
         granting_voters.append(granting_voters_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderChangeMessage(version=version, leader_id=leader_id, voters=voters, granting_voters=granting_voters), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderChangeMessage(version, leader_id, voters, granting_voters), pos
 
 
 LeaderChangeMessage._WRITERS = {0: _write_leader_change_message_v0, 1: _write_leader_change_message_v1}

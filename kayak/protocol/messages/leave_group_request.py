@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -61,7 +62,7 @@ def _write_leave_group_request_v0(out: bytearray, o: LeaveGroupRequest) -> None:
 def _read_leave_group_request_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return LeaveGroupRequest(group_id=group_id, member_id=member_id), pos
+    return LeaveGroupRequest(group_id, member_id, []), pos
 
 
 def _write_member_identity_v3(out: bytearray, o: MemberIdentity) -> None:
@@ -72,7 +73,7 @@ def _write_member_identity_v3(out: bytearray, o: MemberIdentity) -> None:
 def _read_member_identity_v3(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
     member_id, pos = read_string(buf, pos)
     group_instance_id, pos = read_nullable_string(buf, pos)
-    return MemberIdentity(member_id=member_id, group_instance_id=group_instance_id), pos
+    return MemberIdentity(member_id, group_instance_id, None), pos
 
 
 def _write_leave_group_request_v3(out: bytearray, o: LeaveGroupRequest) -> None:
@@ -85,14 +86,14 @@ def _write_leave_group_request_v3(out: bytearray, o: LeaveGroupRequest) -> None:
 def _read_leave_group_request_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     group_id, pos = read_string(buf, pos)
     members: list[MemberIdentity]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaveGroupRequest.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_identity_v3(buf, pos)
         members.append(members_item)
-    return LeaveGroupRequest(group_id=group_id, members=members), pos
+    return LeaveGroupRequest(group_id, '', members), pos
 
 
 def _write_member_identity_v4(out: bytearray, o: MemberIdentity) -> None:
@@ -104,8 +105,11 @@ def _write_member_identity_v4(out: bytearray, o: MemberIdentity) -> None:
 def _read_member_identity_v4(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MemberIdentity(member_id=member_id, group_instance_id=group_instance_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MemberIdentity(member_id, group_instance_id, None), pos
 
 
 def _write_leave_group_request_v4(out: bytearray, o: LeaveGroupRequest) -> None:
@@ -119,15 +123,18 @@ def _write_leave_group_request_v4(out: bytearray, o: LeaveGroupRequest) -> None:
 def _read_leave_group_request_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     members: list[MemberIdentity]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaveGroupRequest.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_identity_v4(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaveGroupRequest(group_id=group_id, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaveGroupRequest(group_id, '', members), pos
 
 
 def _write_member_identity_v5(out: bytearray, o: MemberIdentity) -> None:
@@ -141,8 +148,11 @@ def _read_member_identity_v5(buf: Buffer, pos: int) -> tuple[MemberIdentity, int
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     reason, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MemberIdentity(member_id=member_id, group_instance_id=group_instance_id, reason=reason), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MemberIdentity(member_id, group_instance_id, reason), pos
 
 
 def _write_leave_group_request_v5(out: bytearray, o: LeaveGroupRequest) -> None:
@@ -156,15 +166,18 @@ def _write_leave_group_request_v5(out: bytearray, o: LeaveGroupRequest) -> None:
 def _read_leave_group_request_v5(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     members: list[MemberIdentity]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaveGroupRequest.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_identity_v5(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaveGroupRequest(group_id=group_id, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaveGroupRequest(group_id, '', members), pos
 
 
 LeaveGroupRequest._WRITERS = {0: _write_leave_group_request_v0, 1: _write_leave_group_request_v0, 2: _write_leave_group_request_v0, 3: _write_leave_group_request_v3, 4: _write_leave_group_request_v4, 5: _write_leave_group_request_v5}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -64,7 +65,7 @@ def _write_leave_group_response_v0(out: bytearray, o: LeaveGroupResponse) -> Non
 def _read_leave_group_response_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return LeaveGroupResponse(error_code=error_code), pos
+    return LeaveGroupResponse(0, error_code, []), pos
 
 
 def _write_leave_group_response_v1(out: bytearray, o: LeaveGroupResponse) -> None:
@@ -74,7 +75,7 @@ def _write_leave_group_response_v1(out: bytearray, o: LeaveGroupResponse) -> Non
 def _read_leave_group_response_v1(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return LeaveGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    return LeaveGroupResponse(throttle_time_ms, error_code, []), pos
 
 
 def _write_member_response_v3(out: bytearray, o: MemberResponse) -> None:
@@ -88,7 +89,7 @@ def _read_member_response_v3(buf: Buffer, pos: int) -> tuple[MemberResponse, int
     group_instance_id, pos = read_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return MemberResponse(member_id=member_id, group_instance_id=group_instance_id, error_code=error_code), pos
+    return MemberResponse(member_id, group_instance_id, error_code), pos
 
 
 def _write_leave_group_response_v3(out: bytearray, o: LeaveGroupResponse) -> None:
@@ -102,14 +103,14 @@ def _read_leave_group_response_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     members: list[MemberResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaveGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_response_v3(buf, pos)
         members.append(members_item)
-    return LeaveGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, members=members), pos
+    return LeaveGroupResponse(throttle_time_ms, error_code, members), pos
 
 
 def _write_member_response_v4(out: bytearray, o: MemberResponse) -> None:
@@ -124,8 +125,11 @@ def _read_member_response_v4(buf: Buffer, pos: int) -> tuple[MemberResponse, int
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return MemberResponse(member_id=member_id, group_instance_id=group_instance_id, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MemberResponse(member_id, group_instance_id, error_code), pos
 
 
 def _write_leave_group_response_v4(out: bytearray, o: LeaveGroupResponse) -> None:
@@ -140,15 +144,18 @@ def _read_leave_group_response_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     members: list[MemberResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array LeaveGroupResponse.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_response_v4(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return LeaveGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaveGroupResponse(throttle_time_ms, error_code, members), pos
 
 
 LeaveGroupResponse._WRITERS = {0: _write_leave_group_response_v0, 1: _write_leave_group_response_v1, 2: _write_leave_group_response_v1, 3: _write_leave_group_response_v3, 4: _write_leave_group_response_v4, 5: _write_leave_group_response_v4}

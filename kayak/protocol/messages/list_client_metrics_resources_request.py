@@ -38,7 +38,10 @@ def _write_list_client_metrics_resources_request_v0(out: bytearray, o: ListClien
 
 
 def _read_list_client_metrics_resources_request_v0(buf: Buffer, pos: int) -> tuple[ListClientMetricsResourcesRequest, int]:
-    pos = skip_tagged_fields(buf, pos)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
     return ListClientMetricsResourcesRequest(), pos
 
 

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     skip_tagged_fields,
     write_array_length,
@@ -55,8 +55,11 @@ def _write_client_metrics_resource_v0(out: bytearray, o: ClientMetricsResource) 
 
 def _read_client_metrics_resource_v0(buf: Buffer, pos: int) -> tuple[ClientMetricsResource, int]:
     name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ClientMetricsResource(name=name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ClientMetricsResource(name), pos
 
 
 def _write_list_client_metrics_resources_response_v0(out: bytearray, o: ListClientMetricsResourcesResponse) -> None:
@@ -71,15 +74,18 @@ def _read_list_client_metrics_resources_response_v0(buf: Buffer, pos: int) -> tu
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     client_metrics_resources: list[ClientMetricsResource]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListClientMetricsResourcesResponse.client_metrics_resources')
     client_metrics_resources = []
     for _ in range(n):
         client_metrics_resources_item, pos = _read_client_metrics_resource_v0(buf, pos)
         client_metrics_resources.append(client_metrics_resources_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListClientMetricsResourcesResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, client_metrics_resources=client_metrics_resources), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListClientMetricsResourcesResponse(throttle_time_ms, error_code, client_metrics_resources), pos
 
 
 ListClientMetricsResourcesResponse._WRITERS = {0: _write_list_client_metrics_resources_response_v0}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     skip_tagged_fields,
@@ -45,7 +45,7 @@ def _write_list_groups_request_v0(out: bytearray, o: ListGroupsRequest) -> None:
 
 
 def _read_list_groups_request_v0(buf: Buffer, pos: int) -> tuple[ListGroupsRequest, int]:
-    return ListGroupsRequest(), pos
+    return ListGroupsRequest([], []), pos
 
 
 def _write_list_groups_request_v3(out: bytearray, o: ListGroupsRequest) -> None:
@@ -53,8 +53,11 @@ def _write_list_groups_request_v3(out: bytearray, o: ListGroupsRequest) -> None:
 
 
 def _read_list_groups_request_v3(buf: Buffer, pos: int) -> tuple[ListGroupsRequest, int]:
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsRequest(), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsRequest([], []), pos
 
 
 def _write_list_groups_request_v4(out: bytearray, o: ListGroupsRequest) -> None:
@@ -66,12 +69,15 @@ def _write_list_groups_request_v4(out: bytearray, o: ListGroupsRequest) -> None:
 
 def _read_list_groups_request_v4(buf: Buffer, pos: int) -> tuple[ListGroupsRequest, int]:
     states_filter: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsRequest.states_filter')
     states_filter, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsRequest(states_filter=states_filter), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsRequest(states_filter, []), pos
 
 
 def _write_list_groups_request_v5(out: bytearray, o: ListGroupsRequest) -> None:
@@ -86,17 +92,20 @@ def _write_list_groups_request_v5(out: bytearray, o: ListGroupsRequest) -> None:
 
 def _read_list_groups_request_v5(buf: Buffer, pos: int) -> tuple[ListGroupsRequest, int]:
     states_filter: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsRequest.states_filter')
     states_filter, pos = read_primitive_array(buf, pos, n, read_compact_string)
     types_filter: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsRequest.types_filter')
     types_filter, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsRequest(states_filter=states_filter, types_filter=types_filter), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsRequest(states_filter, types_filter), pos
 
 
 ListGroupsRequest._WRITERS = {0: _write_list_groups_request_v0, 1: _write_list_groups_request_v0, 2: _write_list_groups_request_v0, 3: _write_list_groups_request_v3, 4: _write_list_groups_request_v4, 5: _write_list_groups_request_v5}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -62,7 +63,7 @@ def _write_listed_group_v0(out: bytearray, o: ListedGroup) -> None:
 def _read_listed_group_v0(buf: Buffer, pos: int) -> tuple[ListedGroup, int]:
     group_id, pos = read_string(buf, pos)
     protocol_type, pos = read_string(buf, pos)
-    return ListedGroup(group_id=group_id, protocol_type=protocol_type), pos
+    return ListedGroup(group_id, protocol_type, '', ''), pos
 
 
 def _write_list_groups_response_v0(out: bytearray, o: ListGroupsResponse) -> None:
@@ -76,14 +77,14 @@ def _read_list_groups_response_v0(buf: Buffer, pos: int) -> tuple[ListGroupsResp
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     groups: list[ListedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_listed_group_v0(buf, pos)
         groups.append(groups_item)
-    return ListGroupsResponse(error_code=error_code, groups=groups), pos
+    return ListGroupsResponse(0, error_code, groups), pos
 
 
 def _write_list_groups_response_v1(out: bytearray, o: ListGroupsResponse) -> None:
@@ -97,14 +98,14 @@ def _read_list_groups_response_v1(buf: Buffer, pos: int) -> tuple[ListGroupsResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     groups: list[ListedGroup]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_listed_group_v0(buf, pos)
         groups.append(groups_item)
-    return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups), pos
+    return ListGroupsResponse(throttle_time_ms, error_code, groups), pos
 
 
 def _write_listed_group_v3(out: bytearray, o: ListedGroup) -> None:
@@ -116,8 +117,11 @@ def _write_listed_group_v3(out: bytearray, o: ListedGroup) -> None:
 def _read_listed_group_v3(buf: Buffer, pos: int) -> tuple[ListedGroup, int]:
     group_id, pos = read_compact_string(buf, pos)
     protocol_type, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ListedGroup(group_id=group_id, protocol_type=protocol_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListedGroup(group_id, protocol_type, '', ''), pos
 
 
 def _write_list_groups_response_v3(out: bytearray, o: ListGroupsResponse) -> None:
@@ -132,15 +136,18 @@ def _read_list_groups_response_v3(buf: Buffer, pos: int) -> tuple[ListGroupsResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     groups: list[ListedGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_listed_group_v3(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsResponse(throttle_time_ms, error_code, groups), pos
 
 
 def _write_listed_group_v4(out: bytearray, o: ListedGroup) -> None:
@@ -154,8 +161,11 @@ def _read_listed_group_v4(buf: Buffer, pos: int) -> tuple[ListedGroup, int]:
     group_id, pos = read_compact_string(buf, pos)
     protocol_type, pos = read_compact_string(buf, pos)
     group_state, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=group_state), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListedGroup(group_id, protocol_type, group_state, ''), pos
 
 
 def _write_list_groups_response_v4(out: bytearray, o: ListGroupsResponse) -> None:
@@ -170,15 +180,18 @@ def _read_list_groups_response_v4(buf: Buffer, pos: int) -> tuple[ListGroupsResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     groups: list[ListedGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_listed_group_v4(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsResponse(throttle_time_ms, error_code, groups), pos
 
 
 def _write_listed_group_v5(out: bytearray, o: ListedGroup) -> None:
@@ -194,8 +207,11 @@ def _read_listed_group_v5(buf: Buffer, pos: int) -> tuple[ListedGroup, int]:
     protocol_type, pos = read_compact_string(buf, pos)
     group_state, pos = read_compact_string(buf, pos)
     group_type, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=group_state, group_type=group_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListedGroup(group_id, protocol_type, group_state, group_type), pos
 
 
 def _write_list_groups_response_v5(out: bytearray, o: ListGroupsResponse) -> None:
@@ -210,15 +226,18 @@ def _read_list_groups_response_v5(buf: Buffer, pos: int) -> tuple[ListGroupsResp
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     groups: list[ListedGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListGroupsResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_listed_group_v5(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListGroupsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListGroupsResponse(throttle_time_ms, error_code, groups), pos
 
 
 ListGroupsResponse._WRITERS = {0: _write_list_groups_response_v0, 1: _write_list_groups_response_v1, 2: _write_list_groups_response_v1, 3: _write_list_groups_response_v3, 4: _write_list_groups_response_v4, 5: _write_list_groups_response_v5}

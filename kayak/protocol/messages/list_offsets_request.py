@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -71,7 +72,7 @@ def _write_list_offsets_partition_v0(out: bytearray, o: ListOffsetsPartition) ->
 def _read_list_offsets_partition_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsPartition, int]:
     partition_index, timestamp, max_num_offsets = _F_iqi.unpack_from(buf, pos)
     pos += 16
-    return ListOffsetsPartition(partition_index=partition_index, timestamp=timestamp, max_num_offsets=max_num_offsets), pos
+    return ListOffsetsPartition(partition_index, -1, timestamp, max_num_offsets), pos
 
 
 def _write_list_offsets_topic_v0(out: bytearray, o: ListOffsetsTopic) -> None:
@@ -84,14 +85,14 @@ def _write_list_offsets_topic_v0(out: bytearray, o: ListOffsetsTopic) -> None:
 def _read_list_offsets_topic_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopic(name=name, partitions=partitions), pos
+    return ListOffsetsTopic(name, partitions), pos
 
 
 def _write_list_offsets_request_v0(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -105,14 +106,14 @@ def _read_list_offsets_request_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsReq
     replica_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_v0(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsRequest(replica_id=replica_id, topics=topics), pos
+    return ListOffsetsRequest(replica_id, 0, topics, 0), pos
 
 
 def _write_list_offsets_partition_v1(out: bytearray, o: ListOffsetsPartition) -> None:
@@ -122,7 +123,7 @@ def _write_list_offsets_partition_v1(out: bytearray, o: ListOffsetsPartition) ->
 def _read_list_offsets_partition_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsPartition, int]:
     partition_index, timestamp = _F_iq.unpack_from(buf, pos)
     pos += 12
-    return ListOffsetsPartition(partition_index=partition_index, timestamp=timestamp), pos
+    return ListOffsetsPartition(partition_index, -1, timestamp, 1), pos
 
 
 def _write_list_offsets_topic_v1(out: bytearray, o: ListOffsetsTopic) -> None:
@@ -135,14 +136,14 @@ def _write_list_offsets_topic_v1(out: bytearray, o: ListOffsetsTopic) -> None:
 def _read_list_offsets_topic_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_v1(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopic(name=name, partitions=partitions), pos
+    return ListOffsetsTopic(name, partitions), pos
 
 
 def _write_list_offsets_request_v1(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -156,14 +157,14 @@ def _read_list_offsets_request_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsReq
     replica_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_v1(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsRequest(replica_id=replica_id, topics=topics), pos
+    return ListOffsetsRequest(replica_id, 0, topics, 0), pos
 
 
 def _write_list_offsets_request_v2(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -177,14 +178,14 @@ def _read_list_offsets_request_v2(buf: Buffer, pos: int) -> tuple[ListOffsetsReq
     replica_id, isolation_level = _F_ib.unpack_from(buf, pos)
     pos += 5
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_v1(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics), pos
+    return ListOffsetsRequest(replica_id, isolation_level, topics, 0), pos
 
 
 def _write_list_offsets_partition_v4(out: bytearray, o: ListOffsetsPartition) -> None:
@@ -194,7 +195,7 @@ def _write_list_offsets_partition_v4(out: bytearray, o: ListOffsetsPartition) ->
 def _read_list_offsets_partition_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsPartition, int]:
     partition_index, current_leader_epoch, timestamp = _F_iiq.unpack_from(buf, pos)
     pos += 16
-    return ListOffsetsPartition(partition_index=partition_index, current_leader_epoch=current_leader_epoch, timestamp=timestamp), pos
+    return ListOffsetsPartition(partition_index, current_leader_epoch, timestamp, 1), pos
 
 
 def _write_list_offsets_topic_v4(out: bytearray, o: ListOffsetsTopic) -> None:
@@ -207,14 +208,14 @@ def _write_list_offsets_topic_v4(out: bytearray, o: ListOffsetsTopic) -> None:
 def _read_list_offsets_topic_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_v4(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopic(name=name, partitions=partitions), pos
+    return ListOffsetsTopic(name, partitions), pos
 
 
 def _write_list_offsets_request_v4(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -228,14 +229,14 @@ def _read_list_offsets_request_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsReq
     replica_id, isolation_level = _F_ib.unpack_from(buf, pos)
     pos += 5
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_v4(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics), pos
+    return ListOffsetsRequest(replica_id, isolation_level, topics, 0), pos
 
 
 def _write_list_offsets_partition_v6(out: bytearray, o: ListOffsetsPartition) -> None:
@@ -246,8 +247,11 @@ def _write_list_offsets_partition_v6(out: bytearray, o: ListOffsetsPartition) ->
 def _read_list_offsets_partition_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsPartition, int]:
     partition_index, current_leader_epoch, timestamp = _F_iiq.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsPartition(partition_index=partition_index, current_leader_epoch=current_leader_epoch, timestamp=timestamp), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsPartition(partition_index, current_leader_epoch, timestamp, 1), pos
 
 
 def _write_list_offsets_topic_v6(out: bytearray, o: ListOffsetsTopic) -> None:
@@ -261,15 +265,18 @@ def _write_list_offsets_topic_v6(out: bytearray, o: ListOffsetsTopic) -> None:
 def _read_list_offsets_topic_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[ListOffsetsPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_v6(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsTopic(name, partitions), pos
 
 
 def _write_list_offsets_request_v6(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -284,15 +291,18 @@ def _read_list_offsets_request_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsReq
     replica_id, isolation_level = _F_ib.unpack_from(buf, pos)
     pos += 5
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_v6(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsRequest(replica_id, isolation_level, topics, 0), pos
 
 
 def _write_list_offsets_request_v10(out: bytearray, o: ListOffsetsRequest) -> None:
@@ -308,7 +318,7 @@ def _read_list_offsets_request_v10(buf: Buffer, pos: int) -> tuple[ListOffsetsRe
     replica_id, isolation_level = _F_ib.unpack_from(buf, pos)
     pos += 5
     topics: list[ListOffsetsTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsRequest.topics')
     topics = []
@@ -317,8 +327,11 @@ def _read_list_offsets_request_v10(buf: Buffer, pos: int) -> tuple[ListOffsetsRe
         topics.append(topics_item)
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsRequest(replica_id=replica_id, isolation_level=isolation_level, topics=topics, timeout_ms=timeout_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsRequest(replica_id, isolation_level, topics, timeout_ms), pos
 
 
 ListOffsetsRequest._WRITERS = {0: _write_list_offsets_request_v0, 1: _write_list_offsets_request_v1, 2: _write_list_offsets_request_v2, 3: _write_list_offsets_request_v2, 4: _write_list_offsets_request_v4, 5: _write_list_offsets_request_v4, 6: _write_list_offsets_request_v6, 7: _write_list_offsets_request_v6, 8: _write_list_offsets_request_v6, 9: _write_list_offsets_request_v6, 10: _write_list_offsets_request_v10}

@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT64,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -75,11 +75,8 @@ def _read_list_offsets_partition_response_v0(buf: Buffer, pos: int) -> tuple[Lis
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     old_style_offsets: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array ListOffsetsPartitionResponse.old_style_offsets')
-    old_style_offsets, pos = read_fixed_array(buf, pos, n, INT64)
-    return ListOffsetsPartitionResponse(partition_index=partition_index, error_code=error_code, old_style_offsets=old_style_offsets), pos
+    old_style_offsets, pos = read_fixed_array(buf, pos, False, 'q', 8)
+    return ListOffsetsPartitionResponse(partition_index, error_code, old_style_offsets, -1, -1, -1), pos
 
 
 def _write_list_offsets_topic_response_v0(out: bytearray, o: ListOffsetsTopicResponse) -> None:
@@ -92,14 +89,14 @@ def _write_list_offsets_topic_response_v0(out: bytearray, o: ListOffsetsTopicRes
 def _read_list_offsets_topic_response_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartitionResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_response_v0(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
+    return ListOffsetsTopicResponse(name, partitions), pos
 
 
 def _write_list_offsets_response_v0(out: bytearray, o: ListOffsetsResponse) -> None:
@@ -110,14 +107,14 @@ def _write_list_offsets_response_v0(out: bytearray, o: ListOffsetsResponse) -> N
 
 def _read_list_offsets_response_v0(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
     topics: list[ListOffsetsTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_response_v0(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsResponse(topics=topics), pos
+    return ListOffsetsResponse(0, topics), pos
 
 
 def _write_list_offsets_partition_response_v1(out: bytearray, o: ListOffsetsPartitionResponse) -> None:
@@ -127,7 +124,7 @@ def _write_list_offsets_partition_response_v1(out: bytearray, o: ListOffsetsPart
 def _read_list_offsets_partition_response_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     partition_index, error_code, timestamp, offset = _F_ihqq.unpack_from(buf, pos)
     pos += 22
-    return ListOffsetsPartitionResponse(partition_index=partition_index, error_code=error_code, timestamp=timestamp, offset=offset), pos
+    return ListOffsetsPartitionResponse(partition_index, error_code, [], timestamp, offset, -1), pos
 
 
 def _write_list_offsets_topic_response_v1(out: bytearray, o: ListOffsetsTopicResponse) -> None:
@@ -140,14 +137,14 @@ def _write_list_offsets_topic_response_v1(out: bytearray, o: ListOffsetsTopicRes
 def _read_list_offsets_topic_response_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartitionResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_response_v1(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
+    return ListOffsetsTopicResponse(name, partitions), pos
 
 
 def _write_list_offsets_response_v1(out: bytearray, o: ListOffsetsResponse) -> None:
@@ -158,14 +155,14 @@ def _write_list_offsets_response_v1(out: bytearray, o: ListOffsetsResponse) -> N
 
 def _read_list_offsets_response_v1(buf: Buffer, pos: int) -> tuple[ListOffsetsResponse, int]:
     topics: list[ListOffsetsTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_response_v1(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsResponse(topics=topics), pos
+    return ListOffsetsResponse(0, topics), pos
 
 
 def _write_list_offsets_response_v2(out: bytearray, o: ListOffsetsResponse) -> None:
@@ -179,14 +176,14 @@ def _read_list_offsets_response_v2(buf: Buffer, pos: int) -> tuple[ListOffsetsRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListOffsetsTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_response_v1(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return ListOffsetsResponse(throttle_time_ms, topics), pos
 
 
 def _write_list_offsets_partition_response_v4(out: bytearray, o: ListOffsetsPartitionResponse) -> None:
@@ -196,7 +193,7 @@ def _write_list_offsets_partition_response_v4(out: bytearray, o: ListOffsetsPart
 def _read_list_offsets_partition_response_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     partition_index, error_code, timestamp, offset, leader_epoch = _F_ihqqi.unpack_from(buf, pos)
     pos += 26
-    return ListOffsetsPartitionResponse(partition_index=partition_index, error_code=error_code, timestamp=timestamp, offset=offset, leader_epoch=leader_epoch), pos
+    return ListOffsetsPartitionResponse(partition_index, error_code, [], timestamp, offset, leader_epoch), pos
 
 
 def _write_list_offsets_topic_response_v4(out: bytearray, o: ListOffsetsTopicResponse) -> None:
@@ -209,14 +206,14 @@ def _write_list_offsets_topic_response_v4(out: bytearray, o: ListOffsetsTopicRes
 def _read_list_offsets_topic_response_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     name, pos = read_string(buf, pos)
     partitions: list[ListOffsetsPartitionResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_response_v4(buf, pos)
         partitions.append(partitions_item)
-    return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
+    return ListOffsetsTopicResponse(name, partitions), pos
 
 
 def _write_list_offsets_response_v4(out: bytearray, o: ListOffsetsResponse) -> None:
@@ -230,14 +227,14 @@ def _read_list_offsets_response_v4(buf: Buffer, pos: int) -> tuple[ListOffsetsRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListOffsetsTopicResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_response_v4(buf, pos)
         topics.append(topics_item)
-    return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return ListOffsetsResponse(throttle_time_ms, topics), pos
 
 
 def _write_list_offsets_partition_response_v6(out: bytearray, o: ListOffsetsPartitionResponse) -> None:
@@ -248,8 +245,11 @@ def _write_list_offsets_partition_response_v6(out: bytearray, o: ListOffsetsPart
 def _read_list_offsets_partition_response_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsPartitionResponse, int]:
     partition_index, error_code, timestamp, offset, leader_epoch = _F_ihqqi.unpack_from(buf, pos)
     pos += 26
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsPartitionResponse(partition_index=partition_index, error_code=error_code, timestamp=timestamp, offset=offset, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsPartitionResponse(partition_index, error_code, [], timestamp, offset, leader_epoch), pos
 
 
 def _write_list_offsets_topic_response_v6(out: bytearray, o: ListOffsetsTopicResponse) -> None:
@@ -263,15 +263,18 @@ def _write_list_offsets_topic_response_v6(out: bytearray, o: ListOffsetsTopicRes
 def _read_list_offsets_topic_response_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsTopicResponse, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[ListOffsetsPartitionResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_list_offsets_partition_response_v6(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsTopicResponse(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsTopicResponse(name, partitions), pos
 
 
 def _write_list_offsets_response_v6(out: bytearray, o: ListOffsetsResponse) -> None:
@@ -286,15 +289,18 @@ def _read_list_offsets_response_v6(buf: Buffer, pos: int) -> tuple[ListOffsetsRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListOffsetsTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListOffsetsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_list_offsets_topic_response_v6(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListOffsetsResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListOffsetsResponse(throttle_time_ms, topics), pos
 
 
 ListOffsetsResponse._WRITERS = {0: _write_list_offsets_response_v0, 1: _write_list_offsets_response_v1, 2: _write_list_offsets_response_v2, 3: _write_list_offsets_response_v2, 4: _write_list_offsets_response_v4, 5: _write_list_offsets_response_v4, 6: _write_list_offsets_response_v6, 7: _write_list_offsets_response_v6, 8: _write_list_offsets_response_v6, 9: _write_list_offsets_response_v6, 10: _write_list_offsets_response_v6}

@@ -14,8 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     skip_tagged_fields,
@@ -60,12 +59,12 @@ def _write_list_partition_reassignments_topics_v0(out: bytearray, o: ListPartiti
 def _read_list_partition_reassignments_topics_v0(buf: Buffer, pos: int) -> tuple[ListPartitionReassignmentsTopics, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ListPartitionReassignmentsTopics.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return ListPartitionReassignmentsTopics(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListPartitionReassignmentsTopics(name, partition_indexes), pos
 
 
 def _write_list_partition_reassignments_request_v0(out: bytearray, o: ListPartitionReassignmentsRequest) -> None:
@@ -83,7 +82,7 @@ def _read_list_partition_reassignments_request_v0(buf: Buffer, pos: int) -> tupl
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[ListPartitionReassignmentsTopics] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -91,8 +90,11 @@ def _read_list_partition_reassignments_request_v0(buf: Buffer, pos: int) -> tupl
         for _ in range(n):
             topics_item, pos = _read_list_partition_reassignments_topics_v0(buf, pos)
             topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListPartitionReassignmentsRequest(timeout_ms, topics), pos
 
 
 ListPartitionReassignmentsRequest._WRITERS = {0: _write_list_partition_reassignments_request_v0}

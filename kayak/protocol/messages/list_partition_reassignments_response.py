@@ -14,8 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
@@ -78,22 +77,16 @@ def _read_ongoing_partition_reassignment_v0(buf: Buffer, pos: int) -> tuple[Ongo
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array OngoingPartitionReassignment.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     adding_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array OngoingPartitionReassignment.adding_replicas')
-    adding_replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    adding_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     removing_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array OngoingPartitionReassignment.removing_replicas')
-    removing_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return OngoingPartitionReassignment(partition_index=partition_index, replicas=replicas, adding_replicas=adding_replicas, removing_replicas=removing_replicas), pos
+    removing_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OngoingPartitionReassignment(partition_index, replicas, adding_replicas, removing_replicas), pos
 
 
 def _write_ongoing_topic_reassignment_v0(out: bytearray, o: OngoingTopicReassignment) -> None:
@@ -107,15 +100,18 @@ def _write_ongoing_topic_reassignment_v0(out: bytearray, o: OngoingTopicReassign
 def _read_ongoing_topic_reassignment_v0(buf: Buffer, pos: int) -> tuple[OngoingTopicReassignment, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[OngoingPartitionReassignment]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OngoingTopicReassignment.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_ongoing_partition_reassignment_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OngoingTopicReassignment(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OngoingTopicReassignment(name, partitions), pos
 
 
 def _write_list_partition_reassignments_response_v0(out: bytearray, o: ListPartitionReassignmentsResponse) -> None:
@@ -132,15 +128,18 @@ def _read_list_partition_reassignments_response_v0(buf: Buffer, pos: int) -> tup
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     topics: list[OngoingTopicReassignment]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListPartitionReassignmentsResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_ongoing_topic_reassignment_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListPartitionReassignmentsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListPartitionReassignmentsResponse(throttle_time_ms, error_code, error_message, topics), pos
 
 
 ListPartitionReassignmentsResponse._WRITERS = {0: _write_list_partition_reassignments_response_v0}

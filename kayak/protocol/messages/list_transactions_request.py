@@ -14,8 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT64,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     read_primitive_array,
@@ -57,17 +56,17 @@ def _write_list_transactions_request_v0(out: bytearray, o: ListTransactionsReque
 
 def _read_list_transactions_request_v0(buf: Buffer, pos: int) -> tuple[ListTransactionsRequest, int]:
     state_filters: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListTransactionsRequest.state_filters')
     state_filters, pos = read_primitive_array(buf, pos, n, read_compact_string)
     producer_id_filters: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ListTransactionsRequest.producer_id_filters')
-    producer_id_filters, pos = read_fixed_array(buf, pos, n, INT64)
-    pos = skip_tagged_fields(buf, pos)
-    return ListTransactionsRequest(state_filters=state_filters, producer_id_filters=producer_id_filters), pos
+    producer_id_filters, pos = read_fixed_array(buf, pos, True, 'q', 8)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListTransactionsRequest(state_filters, producer_id_filters, -1), pos
 
 
 def _write_list_transactions_request_v1(out: bytearray, o: ListTransactionsRequest) -> None:
@@ -82,19 +81,19 @@ def _write_list_transactions_request_v1(out: bytearray, o: ListTransactionsReque
 
 def _read_list_transactions_request_v1(buf: Buffer, pos: int) -> tuple[ListTransactionsRequest, int]:
     state_filters: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListTransactionsRequest.state_filters')
     state_filters, pos = read_primitive_array(buf, pos, n, read_compact_string)
     producer_id_filters: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ListTransactionsRequest.producer_id_filters')
-    producer_id_filters, pos = read_fixed_array(buf, pos, n, INT64)
+    producer_id_filters, pos = read_fixed_array(buf, pos, True, 'q', 8)
     duration_filter, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return ListTransactionsRequest(state_filters=state_filters, producer_id_filters=producer_id_filters, duration_filter=duration_filter), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListTransactionsRequest(state_filters, producer_id_filters, duration_filter), pos
 
 
 ListTransactionsRequest._WRITERS = {0: _write_list_transactions_request_v0, 1: _write_list_transactions_request_v1}

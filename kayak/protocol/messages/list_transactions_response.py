@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     skip_tagged_fields,
@@ -65,8 +65,11 @@ def _read_transaction_state_v0(buf: Buffer, pos: int) -> tuple[TransactionState,
     producer_id, = _F_q.unpack_from(buf, pos)
     pos += 8
     transaction_state, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return TransactionState(transactional_id=transactional_id, producer_id=producer_id, transaction_state=transaction_state), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TransactionState(transactional_id, producer_id, transaction_state), pos
 
 
 def _write_list_transactions_response_v0(out: bytearray, o: ListTransactionsResponse) -> None:
@@ -84,20 +87,23 @@ def _read_list_transactions_response_v0(buf: Buffer, pos: int) -> tuple[ListTran
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     unknown_state_filters: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListTransactionsResponse.unknown_state_filters')
     unknown_state_filters, pos = read_primitive_array(buf, pos, n, read_compact_string)
     transaction_states: list[TransactionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ListTransactionsResponse.transaction_states')
     transaction_states = []
     for _ in range(n):
         transaction_states_item, pos = _read_transaction_state_v0(buf, pos)
         transaction_states.append(transaction_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ListTransactionsResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, unknown_state_filters=unknown_state_filters, transaction_states=transaction_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ListTransactionsResponse(throttle_time_ms, error_code, unknown_state_filters, transaction_states), pos
 
 
 ListTransactionsResponse._WRITERS = {0: _write_list_transactions_response_v0, 1: _write_list_transactions_response_v0}

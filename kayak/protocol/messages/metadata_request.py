@@ -16,9 +16,10 @@ from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
     not_null,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     read_uuid,
     skip_tagged_fields,
@@ -65,7 +66,7 @@ def _write_metadata_request_topic_v0(out: bytearray, o: MetadataRequestTopic) ->
 
 def _read_metadata_request_topic_v0(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     name, pos = read_string(buf, pos)
-    return MetadataRequestTopic(name=name), pos
+    return MetadataRequestTopic(ZERO_UUID, name), pos
 
 
 def _write_metadata_request_v0(out: bytearray, o: MetadataRequest) -> None:
@@ -76,14 +77,14 @@ def _write_metadata_request_v0(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return MetadataRequest(topics=topics), pos
+    return MetadataRequest(topics, True, False, False), pos
 
 
 def _write_metadata_request_v1(out: bytearray, o: MetadataRequest) -> None:
@@ -97,7 +98,7 @@ def _write_metadata_request_v1(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v1(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -105,7 +106,7 @@ def _read_metadata_request_v1(buf: Buffer, pos: int) -> tuple[MetadataRequest, i
         for _ in range(n):
             topics_item, pos = _read_metadata_request_topic_v0(buf, pos)
             topics.append(topics_item)
-    return MetadataRequest(topics=topics), pos
+    return MetadataRequest(topics, True, False, False), pos
 
 
 def _write_metadata_request_v4(out: bytearray, o: MetadataRequest) -> None:
@@ -120,7 +121,7 @@ def _write_metadata_request_v4(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v4(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -130,7 +131,7 @@ def _read_metadata_request_v4(buf: Buffer, pos: int) -> tuple[MetadataRequest, i
             topics.append(topics_item)
     allow_auto_topic_creation, = _F_o.unpack_from(buf, pos)
     pos += 1
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation), pos
+    return MetadataRequest(topics, allow_auto_topic_creation, False, False), pos
 
 
 def _write_metadata_request_v8(out: bytearray, o: MetadataRequest) -> None:
@@ -145,7 +146,7 @@ def _write_metadata_request_v8(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -155,7 +156,7 @@ def _read_metadata_request_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest, i
             topics.append(topics_item)
     allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations = _F_ooo.unpack_from(buf, pos)
     pos += 3
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation, include_cluster_authorized_operations=include_cluster_authorized_operations, include_topic_authorized_operations=include_topic_authorized_operations), pos
+    return MetadataRequest(topics, allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations), pos
 
 
 def _write_metadata_request_topic_v9(out: bytearray, o: MetadataRequestTopic) -> None:
@@ -165,8 +166,11 @@ def _write_metadata_request_topic_v9(out: bytearray, o: MetadataRequestTopic) ->
 
 def _read_metadata_request_topic_v9(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataRequestTopic(name=name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataRequestTopic(ZERO_UUID, name), pos
 
 
 def _write_metadata_request_v9(out: bytearray, o: MetadataRequest) -> None:
@@ -182,7 +186,7 @@ def _write_metadata_request_v9(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -192,8 +196,11 @@ def _read_metadata_request_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest, i
             topics.append(topics_item)
     allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations = _F_ooo.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation, include_cluster_authorized_operations=include_cluster_authorized_operations, include_topic_authorized_operations=include_topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataRequest(topics, allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations), pos
 
 
 def _write_metadata_request_topic_v10(out: bytearray, o: MetadataRequestTopic) -> None:
@@ -205,8 +212,11 @@ def _write_metadata_request_topic_v10(out: bytearray, o: MetadataRequestTopic) -
 def _read_metadata_request_topic_v10(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     name, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataRequestTopic(topic_id=topic_id, name=name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataRequestTopic(topic_id, name), pos
 
 
 def _write_metadata_request_v10(out: bytearray, o: MetadataRequest) -> None:
@@ -222,7 +232,7 @@ def _write_metadata_request_v10(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v10(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -232,8 +242,11 @@ def _read_metadata_request_v10(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
             topics.append(topics_item)
     allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations = _F_ooo.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation, include_cluster_authorized_operations=include_cluster_authorized_operations, include_topic_authorized_operations=include_topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataRequest(topics, allow_auto_topic_creation, include_cluster_authorized_operations, include_topic_authorized_operations), pos
 
 
 def _write_metadata_request_v11(out: bytearray, o: MetadataRequest) -> None:
@@ -249,7 +262,7 @@ def _write_metadata_request_v11(out: bytearray, o: MetadataRequest) -> None:
 
 def _read_metadata_request_v11(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     topics: list[MetadataRequestTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -259,8 +272,11 @@ def _read_metadata_request_v11(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
             topics.append(topics_item)
     allow_auto_topic_creation, include_topic_authorized_operations = _F_oo.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation, include_topic_authorized_operations=include_topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataRequest(topics, allow_auto_topic_creation, False, include_topic_authorized_operations), pos
 
 
 MetadataRequest._WRITERS = {0: _write_metadata_request_v0, 1: _write_metadata_request_v1, 2: _write_metadata_request_v1, 3: _write_metadata_request_v1, 4: _write_metadata_request_v4, 5: _write_metadata_request_v4, 6: _write_metadata_request_v4, 7: _write_metadata_request_v4, 8: _write_metadata_request_v8, 9: _write_metadata_request_v9, 10: _write_metadata_request_v10, 11: _write_metadata_request_v11, 12: _write_metadata_request_v11}

@@ -14,13 +14,13 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
     not_null,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_uuid,
@@ -102,7 +102,7 @@ def _read_metadata_response_broker_v0(buf: Buffer, pos: int) -> tuple[MetadataRe
     host, pos = read_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return MetadataResponseBroker(node_id=node_id, host=host, port=port), pos
+    return MetadataResponseBroker(node_id, host, port, None), pos
 
 
 def _write_metadata_response_partition_v0(out: bytearray, o: MetadataResponsePartition) -> None:
@@ -117,16 +117,10 @@ def _read_metadata_response_partition_v0(buf: Buffer, pos: int) -> tuple[Metadat
     error_code, partition_index, leader_id = _F_hii.unpack_from(buf, pos)
     pos += 10
     replica_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.replica_nodes')
-    replica_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    replica_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
     isr_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.isr_nodes')
-    isr_nodes, pos = read_fixed_array(buf, pos, n, INT32)
-    return MetadataResponsePartition(error_code=error_code, partition_index=partition_index, leader_id=leader_id, replica_nodes=replica_nodes, isr_nodes=isr_nodes), pos
+    isr_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return MetadataResponsePartition(error_code, partition_index, leader_id, -1, replica_nodes, isr_nodes, []), pos
 
 
 def _write_metadata_response_topic_v0(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -142,14 +136,14 @@ def _read_metadata_response_topic_v0(buf: Buffer, pos: int) -> tuple[MetadataRes
     pos += 2
     name, pos = read_string(buf, pos)
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_metadata_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return MetadataResponseTopic(error_code=error_code, name=name, partitions=partitions), pos
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, False, partitions, -2147483648), pos
 
 
 def _write_metadata_response_v0(out: bytearray, o: MetadataResponse) -> None:
@@ -163,7 +157,7 @@ def _write_metadata_response_v0(out: bytearray, o: MetadataResponse) -> None:
 
 def _read_metadata_response_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -171,14 +165,14 @@ def _read_metadata_response_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse,
         brokers_item, pos = _read_metadata_response_broker_v0(buf, pos)
         brokers.append(brokers_item)
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(brokers=brokers, topics=topics), pos
+    return MetadataResponse(0, brokers, None, -1, topics, -2147483648), pos
 
 
 def _write_metadata_response_broker_v1(out: bytearray, o: MetadataResponseBroker) -> None:
@@ -195,7 +189,7 @@ def _read_metadata_response_broker_v1(buf: Buffer, pos: int) -> tuple[MetadataRe
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_nullable_string(buf, pos)
-    return MetadataResponseBroker(node_id=node_id, host=host, port=port, rack=rack), pos
+    return MetadataResponseBroker(node_id, host, port, rack), pos
 
 
 def _write_metadata_response_topic_v1(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -214,14 +208,14 @@ def _read_metadata_response_topic_v1(buf: Buffer, pos: int) -> tuple[MetadataRes
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_metadata_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, is_internal, partitions, -2147483648), pos
 
 
 def _write_metadata_response_v1(out: bytearray, o: MetadataResponse) -> None:
@@ -236,7 +230,7 @@ def _write_metadata_response_v1(out: bytearray, o: MetadataResponse) -> None:
 
 def _read_metadata_response_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -246,14 +240,14 @@ def _read_metadata_response_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v1(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(brokers=brokers, controller_id=controller_id, topics=topics), pos
+    return MetadataResponse(0, brokers, None, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_v2(out: bytearray, o: MetadataResponse) -> None:
@@ -269,7 +263,7 @@ def _write_metadata_response_v2(out: bytearray, o: MetadataResponse) -> None:
 
 def _read_metadata_response_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -280,14 +274,14 @@ def _read_metadata_response_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v1(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    return MetadataResponse(0, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_v3(out: bytearray, o: MetadataResponse) -> None:
@@ -306,7 +300,7 @@ def _read_metadata_response_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -317,14 +311,14 @@ def _read_metadata_response_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v1(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_partition_v5(out: bytearray, o: MetadataResponsePartition) -> None:
@@ -341,21 +335,12 @@ def _read_metadata_response_partition_v5(buf: Buffer, pos: int) -> tuple[Metadat
     error_code, partition_index, leader_id = _F_hii.unpack_from(buf, pos)
     pos += 10
     replica_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.replica_nodes')
-    replica_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    replica_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
     isr_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.isr_nodes')
-    isr_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    isr_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return MetadataResponsePartition(error_code=error_code, partition_index=partition_index, leader_id=leader_id, replica_nodes=replica_nodes, isr_nodes=isr_nodes, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return MetadataResponsePartition(error_code, partition_index, leader_id, -1, replica_nodes, isr_nodes, offline_replicas), pos
 
 
 def _write_metadata_response_topic_v5(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -374,14 +359,14 @@ def _read_metadata_response_topic_v5(buf: Buffer, pos: int) -> tuple[MetadataRes
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_metadata_response_partition_v5(buf, pos)
         partitions.append(partitions_item)
-    return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, is_internal, partitions, -2147483648), pos
 
 
 def _write_metadata_response_v5(out: bytearray, o: MetadataResponse) -> None:
@@ -400,7 +385,7 @@ def _read_metadata_response_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -411,14 +396,14 @@ def _read_metadata_response_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v5(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_partition_v7(out: bytearray, o: MetadataResponsePartition) -> None:
@@ -435,21 +420,12 @@ def _read_metadata_response_partition_v7(buf: Buffer, pos: int) -> tuple[Metadat
     error_code, partition_index, leader_id, leader_epoch = _F_hiii.unpack_from(buf, pos)
     pos += 14
     replica_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.replica_nodes')
-    replica_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    replica_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
     isr_nodes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.isr_nodes')
-    isr_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    isr_nodes, pos = read_fixed_array(buf, pos, False, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return MetadataResponsePartition(error_code=error_code, partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, replica_nodes=replica_nodes, isr_nodes=isr_nodes, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return MetadataResponsePartition(error_code, partition_index, leader_id, leader_epoch, replica_nodes, isr_nodes, offline_replicas), pos
 
 
 def _write_metadata_response_topic_v7(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -468,14 +444,14 @@ def _read_metadata_response_topic_v7(buf: Buffer, pos: int) -> tuple[MetadataRes
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_metadata_response_partition_v7(buf, pos)
         partitions.append(partitions_item)
-    return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions), pos
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, is_internal, partitions, -2147483648), pos
 
 
 def _write_metadata_response_v7(out: bytearray, o: MetadataResponse) -> None:
@@ -494,7 +470,7 @@ def _read_metadata_response_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -505,14 +481,14 @@ def _read_metadata_response_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v7(buf, pos)
         topics.append(topics_item)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_topic_v8(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -532,7 +508,7 @@ def _read_metadata_response_topic_v8(buf: Buffer, pos: int) -> tuple[MetadataRes
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
@@ -541,7 +517,7 @@ def _read_metadata_response_topic_v8(buf: Buffer, pos: int) -> tuple[MetadataRes
         partitions.append(partitions_item)
     topic_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, is_internal, partitions, topic_authorized_operations), pos
 
 
 def _write_metadata_response_v8(out: bytearray, o: MetadataResponse) -> None:
@@ -561,7 +537,7 @@ def _read_metadata_response_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -572,7 +548,7 @@ def _read_metadata_response_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
@@ -581,7 +557,7 @@ def _read_metadata_response_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse,
         topics.append(topics_item)
     cluster_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, cluster_authorized_operations=cluster_authorized_operations), pos
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, cluster_authorized_operations), pos
 
 
 def _write_metadata_response_broker_v9(out: bytearray, o: MetadataResponseBroker) -> None:
@@ -599,8 +575,11 @@ def _read_metadata_response_broker_v9(buf: Buffer, pos: int) -> tuple[MetadataRe
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponseBroker(node_id=node_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponseBroker(node_id, host, port, rack), pos
 
 
 def _write_metadata_response_partition_v9(out: bytearray, o: MetadataResponsePartition) -> None:
@@ -618,22 +597,16 @@ def _read_metadata_response_partition_v9(buf: Buffer, pos: int) -> tuple[Metadat
     error_code, partition_index, leader_id, leader_epoch = _F_hiii.unpack_from(buf, pos)
     pos += 14
     replica_nodes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.replica_nodes')
-    replica_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    replica_nodes, pos = read_fixed_array(buf, pos, True, 'i', 4)
     isr_nodes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.isr_nodes')
-    isr_nodes, pos = read_fixed_array(buf, pos, n, INT32)
+    isr_nodes, pos = read_fixed_array(buf, pos, True, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array MetadataResponsePartition.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponsePartition(error_code=error_code, partition_index=partition_index, leader_id=leader_id, leader_epoch=leader_epoch, replica_nodes=replica_nodes, isr_nodes=isr_nodes, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponsePartition(error_code, partition_index, leader_id, leader_epoch, replica_nodes, isr_nodes, offline_replicas), pos
 
 
 def _write_metadata_response_topic_v9(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -654,7 +627,7 @@ def _read_metadata_response_topic_v9(buf: Buffer, pos: int) -> tuple[MetadataRes
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
@@ -663,8 +636,11 @@ def _read_metadata_response_topic_v9(buf: Buffer, pos: int) -> tuple[MetadataRes
         partitions.append(partitions_item)
     topic_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponseTopic(error_code=error_code, name=name, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponseTopic(error_code, name, ZERO_UUID, is_internal, partitions, topic_authorized_operations), pos
 
 
 def _write_metadata_response_v9(out: bytearray, o: MetadataResponse) -> None:
@@ -685,7 +661,7 @@ def _read_metadata_response_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -696,7 +672,7 @@ def _read_metadata_response_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse,
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
@@ -705,8 +681,11 @@ def _read_metadata_response_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse,
         topics.append(topics_item)
     cluster_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, cluster_authorized_operations=cluster_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, cluster_authorized_operations), pos
 
 
 def _write_metadata_response_topic_v10(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -729,7 +708,7 @@ def _read_metadata_response_topic_v10(buf: Buffer, pos: int) -> tuple[MetadataRe
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
@@ -738,8 +717,11 @@ def _read_metadata_response_topic_v10(buf: Buffer, pos: int) -> tuple[MetadataRe
         partitions.append(partitions_item)
     topic_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponseTopic(error_code=error_code, name=name, topic_id=topic_id, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponseTopic(error_code, name, topic_id, is_internal, partitions, topic_authorized_operations), pos
 
 
 def _write_metadata_response_v10(out: bytearray, o: MetadataResponse) -> None:
@@ -760,7 +742,7 @@ def _read_metadata_response_v10(buf: Buffer, pos: int) -> tuple[MetadataResponse
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -771,7 +753,7 @@ def _read_metadata_response_v10(buf: Buffer, pos: int) -> tuple[MetadataResponse
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
@@ -780,8 +762,11 @@ def _read_metadata_response_v10(buf: Buffer, pos: int) -> tuple[MetadataResponse
         topics.append(topics_item)
     cluster_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics, cluster_authorized_operations=cluster_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, cluster_authorized_operations), pos
 
 
 def _write_metadata_response_v11(out: bytearray, o: MetadataResponse) -> None:
@@ -801,7 +786,7 @@ def _read_metadata_response_v11(buf: Buffer, pos: int) -> tuple[MetadataResponse
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -812,15 +797,18 @@ def _read_metadata_response_v11(buf: Buffer, pos: int) -> tuple[MetadataResponse
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v10(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 def _write_metadata_response_topic_v12(out: bytearray, o: MetadataResponseTopic) -> None:
@@ -843,7 +831,7 @@ def _read_metadata_response_topic_v12(buf: Buffer, pos: int) -> tuple[MetadataRe
     is_internal, = _F_o.unpack_from(buf, pos)
     pos += 1
     partitions: list[MetadataResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponseTopic.partitions')
     partitions = []
@@ -852,8 +840,11 @@ def _read_metadata_response_topic_v12(buf: Buffer, pos: int) -> tuple[MetadataRe
         partitions.append(partitions_item)
     topic_authorized_operations, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponseTopic(error_code=error_code, name=name, topic_id=topic_id, is_internal=is_internal, partitions=partitions, topic_authorized_operations=topic_authorized_operations), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponseTopic(error_code, name, topic_id, is_internal, partitions, topic_authorized_operations), pos
 
 
 def _write_metadata_response_v12(out: bytearray, o: MetadataResponse) -> None:
@@ -873,7 +864,7 @@ def _read_metadata_response_v12(buf: Buffer, pos: int) -> tuple[MetadataResponse
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     brokers: list[MetadataResponseBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.brokers')
     brokers = []
@@ -884,15 +875,18 @@ def _read_metadata_response_v12(buf: Buffer, pos: int) -> tuple[MetadataResponse
     controller_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[MetadataResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array MetadataResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_metadata_response_topic_v12(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return MetadataResponse(throttle_time_ms=throttle_time_ms, brokers=brokers, cluster_id=cluster_id, controller_id=controller_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MetadataResponse(throttle_time_ms, brokers, cluster_id, controller_id, topics, -2147483648), pos
 
 
 MetadataResponse._WRITERS = {0: _write_metadata_response_v0, 1: _write_metadata_response_v1, 2: _write_metadata_response_v2, 3: _write_metadata_response_v3, 4: _write_metadata_response_v3, 5: _write_metadata_response_v5, 6: _write_metadata_response_v5, 7: _write_metadata_response_v7, 8: _write_metadata_response_v8, 9: _write_metadata_response_v9, 10: _write_metadata_response_v10, 11: _write_metadata_response_v11, 12: _write_metadata_response_v12}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -80,7 +81,7 @@ def _read_offset_commit_request_partition_v0(buf: Buffer, pos: int) -> tuple[Off
     partition_index, committed_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
     committed_metadata, pos = read_nullable_string(buf, pos)
-    return OffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_metadata=committed_metadata), pos
+    return OffsetCommitRequestPartition(partition_index, committed_offset, -1, -1, committed_metadata), pos
 
 
 def _write_offset_commit_request_topic_v0(out: bytearray, o: OffsetCommitRequestTopic) -> None:
@@ -93,14 +94,14 @@ def _write_offset_commit_request_topic_v0(out: bytearray, o: OffsetCommitRequest
 def _read_offset_commit_request_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_request_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    return OffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_offset_commit_request_v0(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -113,14 +114,14 @@ def _write_offset_commit_request_v0(out: bytearray, o: OffsetCommitRequest) -> N
 def _read_offset_commit_request_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     group_id, pos = read_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, topics=topics), pos
+    return OffsetCommitRequest(group_id, -1, '', None, -1, topics), pos
 
 
 def _write_offset_commit_request_partition_v1(out: bytearray, o: OffsetCommitRequestPartition) -> None:
@@ -132,7 +133,7 @@ def _read_offset_commit_request_partition_v1(buf: Buffer, pos: int) -> tuple[Off
     partition_index, committed_offset, commit_timestamp = _F_iqq.unpack_from(buf, pos)
     pos += 20
     committed_metadata, pos = read_nullable_string(buf, pos)
-    return OffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, commit_timestamp=commit_timestamp, committed_metadata=committed_metadata), pos
+    return OffsetCommitRequestPartition(partition_index, committed_offset, -1, commit_timestamp, committed_metadata), pos
 
 
 def _write_offset_commit_request_topic_v1(out: bytearray, o: OffsetCommitRequestTopic) -> None:
@@ -145,14 +146,14 @@ def _write_offset_commit_request_topic_v1(out: bytearray, o: OffsetCommitRequest
 def _read_offset_commit_request_topic_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_request_partition_v1(buf, pos)
         partitions.append(partitions_item)
-    return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    return OffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_offset_commit_request_v1(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -170,14 +171,14 @@ def _read_offset_commit_request_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     pos += 4
     member_id, pos = read_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v1(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, None, -1, topics), pos
 
 
 def _write_offset_commit_request_v2(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -198,14 +199,14 @@ def _read_offset_commit_request_v2(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     retention_time_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, retention_time_ms=retention_time_ms, topics=topics), pos
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, None, retention_time_ms, topics), pos
 
 
 def _write_offset_commit_request_v5(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -223,14 +224,14 @@ def _read_offset_commit_request_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     pos += 4
     member_id, pos = read_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, None, -1, topics), pos
 
 
 def _write_offset_commit_request_partition_v6(out: bytearray, o: OffsetCommitRequestPartition) -> None:
@@ -242,7 +243,7 @@ def _read_offset_commit_request_partition_v6(buf: Buffer, pos: int) -> tuple[Off
     partition_index, committed_offset, committed_leader_epoch = _F_iqi.unpack_from(buf, pos)
     pos += 16
     committed_metadata, pos = read_nullable_string(buf, pos)
-    return OffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, committed_metadata=committed_metadata), pos
+    return OffsetCommitRequestPartition(partition_index, committed_offset, committed_leader_epoch, -1, committed_metadata), pos
 
 
 def _write_offset_commit_request_topic_v6(out: bytearray, o: OffsetCommitRequestTopic) -> None:
@@ -255,14 +256,14 @@ def _write_offset_commit_request_topic_v6(out: bytearray, o: OffsetCommitRequest
 def _read_offset_commit_request_topic_v6(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_request_partition_v6(buf, pos)
         partitions.append(partitions_item)
-    return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    return OffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_offset_commit_request_v6(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -280,14 +281,14 @@ def _read_offset_commit_request_v6(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     pos += 4
     member_id, pos = read_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v6(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, topics=topics), pos
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, None, -1, topics), pos
 
 
 def _write_offset_commit_request_v7(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -307,14 +308,14 @@ def _read_offset_commit_request_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     member_id, pos = read_string(buf, pos)
     group_instance_id, pos = read_nullable_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v6(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, group_instance_id=group_instance_id, topics=topics), pos
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, group_instance_id, -1, topics), pos
 
 
 def _write_offset_commit_request_partition_v8(out: bytearray, o: OffsetCommitRequestPartition) -> None:
@@ -327,8 +328,11 @@ def _read_offset_commit_request_partition_v8(buf: Buffer, pos: int) -> tuple[Off
     partition_index, committed_offset, committed_leader_epoch = _F_iqi.unpack_from(buf, pos)
     pos += 16
     committed_metadata, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, committed_metadata=committed_metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitRequestPartition(partition_index, committed_offset, committed_leader_epoch, -1, committed_metadata), pos
 
 
 def _write_offset_commit_request_topic_v8(out: bytearray, o: OffsetCommitRequestTopic) -> None:
@@ -342,15 +346,18 @@ def _write_offset_commit_request_topic_v8(out: bytearray, o: OffsetCommitRequest
 def _read_offset_commit_request_topic_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitRequestTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[OffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_request_partition_v8(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_offset_commit_request_v8(out: bytearray, o: OffsetCommitRequest) -> None:
@@ -371,15 +378,18 @@ def _read_offset_commit_request_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     topics: list[OffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_request_topic_v8(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=generation_id_or_member_epoch, member_id=member_id, group_instance_id=group_instance_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitRequest(group_id, generation_id_or_member_epoch, member_id, group_instance_id, -1, topics), pos
 
 
 OffsetCommitRequest._WRITERS = {0: _write_offset_commit_request_v0, 1: _write_offset_commit_request_v1, 2: _write_offset_commit_request_v2, 3: _write_offset_commit_request_v2, 4: _write_offset_commit_request_v2, 5: _write_offset_commit_request_v5, 6: _write_offset_commit_request_v6, 7: _write_offset_commit_request_v7, 8: _write_offset_commit_request_v8, 9: _write_offset_commit_request_v8}

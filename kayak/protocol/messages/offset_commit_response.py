@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -64,7 +65,7 @@ def _write_offset_commit_response_partition_v0(out: bytearray, o: OffsetCommitRe
 def _read_offset_commit_response_partition_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return OffsetCommitResponsePartition(partition_index=partition_index, error_code=error_code), pos
+    return OffsetCommitResponsePartition(partition_index, error_code), pos
 
 
 def _write_offset_commit_response_topic_v0(out: bytearray, o: OffsetCommitResponseTopic) -> None:
@@ -77,14 +78,14 @@ def _write_offset_commit_response_topic_v0(out: bytearray, o: OffsetCommitRespon
 def _read_offset_commit_response_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetCommitResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetCommitResponseTopic(name=name, partitions=partitions), pos
+    return OffsetCommitResponseTopic(name, partitions), pos
 
 
 def _write_offset_commit_response_v0(out: bytearray, o: OffsetCommitResponse) -> None:
@@ -95,14 +96,14 @@ def _write_offset_commit_response_v0(out: bytearray, o: OffsetCommitResponse) ->
 
 def _read_offset_commit_response_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     topics: list[OffsetCommitResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitResponse(topics=topics), pos
+    return OffsetCommitResponse(0, topics), pos
 
 
 def _write_offset_commit_response_v3(out: bytearray, o: OffsetCommitResponse) -> None:
@@ -116,14 +117,14 @@ def _read_offset_commit_response_v3(buf: Buffer, pos: int) -> tuple[OffsetCommit
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetCommitResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return OffsetCommitResponse(throttle_time_ms, topics), pos
 
 
 def _write_offset_commit_response_partition_v8(out: bytearray, o: OffsetCommitResponsePartition) -> None:
@@ -134,8 +135,11 @@ def _write_offset_commit_response_partition_v8(out: bytearray, o: OffsetCommitRe
 def _read_offset_commit_response_partition_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitResponsePartition, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitResponsePartition(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitResponsePartition(partition_index, error_code), pos
 
 
 def _write_offset_commit_response_topic_v8(out: bytearray, o: OffsetCommitResponseTopic) -> None:
@@ -149,15 +153,18 @@ def _write_offset_commit_response_topic_v8(out: bytearray, o: OffsetCommitRespon
 def _read_offset_commit_response_topic_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitResponseTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[OffsetCommitResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_commit_response_partition_v8(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitResponseTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitResponseTopic(name, partitions), pos
 
 
 def _write_offset_commit_response_v8(out: bytearray, o: OffsetCommitResponse) -> None:
@@ -172,15 +179,18 @@ def _read_offset_commit_response_v8(buf: Buffer, pos: int) -> tuple[OffsetCommit
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetCommitResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetCommitResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_commit_response_topic_v8(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitResponse(throttle_time_ms, topics), pos
 
 
 OffsetCommitResponse._WRITERS = {0: _write_offset_commit_response_v0, 1: _write_offset_commit_response_v0, 2: _write_offset_commit_response_v0, 3: _write_offset_commit_response_v3, 4: _write_offset_commit_response_v3, 5: _write_offset_commit_response_v3, 6: _write_offset_commit_response_v3, 7: _write_offset_commit_response_v3, 8: _write_offset_commit_response_v8, 9: _write_offset_commit_response_v8}

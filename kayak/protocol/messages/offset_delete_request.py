@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_int32_array_length,
     read_string,
     write_array_length,
     write_string,
@@ -59,7 +59,7 @@ def _write_offset_delete_request_partition_v0(out: bytearray, o: OffsetDeleteReq
 def _read_offset_delete_request_partition_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteRequestPartition, int]:
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return OffsetDeleteRequestPartition(partition_index=partition_index), pos
+    return OffsetDeleteRequestPartition(partition_index), pos
 
 
 def _write_offset_delete_request_topic_v0(out: bytearray, o: OffsetDeleteRequestTopic) -> None:
@@ -72,14 +72,14 @@ def _write_offset_delete_request_topic_v0(out: bytearray, o: OffsetDeleteRequest
 def _read_offset_delete_request_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetDeleteRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetDeleteRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_delete_request_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetDeleteRequestTopic(name=name, partitions=partitions), pos
+    return OffsetDeleteRequestTopic(name, partitions), pos
 
 
 def _write_offset_delete_request_v0(out: bytearray, o: OffsetDeleteRequest) -> None:
@@ -92,14 +92,14 @@ def _write_offset_delete_request_v0(out: bytearray, o: OffsetDeleteRequest) -> N
 def _read_offset_delete_request_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteRequest, int]:
     group_id, pos = read_string(buf, pos)
     topics: list[OffsetDeleteRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetDeleteRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_delete_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetDeleteRequest(group_id=group_id, topics=topics), pos
+    return OffsetDeleteRequest(group_id, topics), pos
 
 
 OffsetDeleteRequest._WRITERS = {0: _write_offset_delete_request_v0}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_int32_array_length,
     read_string,
     write_array_length,
     write_string,
@@ -62,7 +62,7 @@ def _write_offset_delete_response_partition_v0(out: bytearray, o: OffsetDeleteRe
 def _read_offset_delete_response_partition_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteResponsePartition, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return OffsetDeleteResponsePartition(partition_index=partition_index, error_code=error_code), pos
+    return OffsetDeleteResponsePartition(partition_index, error_code), pos
 
 
 def _write_offset_delete_response_topic_v0(out: bytearray, o: OffsetDeleteResponseTopic) -> None:
@@ -75,14 +75,14 @@ def _write_offset_delete_response_topic_v0(out: bytearray, o: OffsetDeleteRespon
 def _read_offset_delete_response_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetDeleteResponseTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetDeleteResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetDeleteResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_delete_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetDeleteResponseTopic(name=name, partitions=partitions), pos
+    return OffsetDeleteResponseTopic(name, partitions), pos
 
 
 def _write_offset_delete_response_v0(out: bytearray, o: OffsetDeleteResponse) -> None:
@@ -96,14 +96,14 @@ def _read_offset_delete_response_v0(buf: Buffer, pos: int) -> tuple[OffsetDelete
     error_code, throttle_time_ms = _F_hi.unpack_from(buf, pos)
     pos += 6
     topics: list[OffsetDeleteResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetDeleteResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_delete_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetDeleteResponse(error_code=error_code, throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return OffsetDeleteResponse(error_code, throttle_time_ms, topics), pos
 
 
 OffsetDeleteResponse._WRITERS = {0: _write_offset_delete_response_v0}

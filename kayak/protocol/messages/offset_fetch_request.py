@@ -14,12 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     not_null,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -81,11 +81,8 @@ def _write_offset_fetch_request_topic_v0(out: bytearray, o: OffsetFetchRequestTo
 def _read_offset_fetch_request_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array OffsetFetchRequestTopic.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    return OffsetFetchRequestTopic(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return OffsetFetchRequestTopic(name, partition_indexes), pos
 
 
 def _write_offset_fetch_request_v0(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -98,14 +95,14 @@ def _write_offset_fetch_request_v0(out: bytearray, o: OffsetFetchRequest) -> Non
 def _read_offset_fetch_request_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     group_id, pos = read_string(buf, pos)
     topics: list[OffsetFetchRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_fetch_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetFetchRequest(group_id=group_id, topics=topics), pos
+    return OffsetFetchRequest(group_id, topics, [], False), pos
 
 
 def _write_offset_fetch_request_v2(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -121,7 +118,7 @@ def _write_offset_fetch_request_v2(out: bytearray, o: OffsetFetchRequest) -> Non
 def _read_offset_fetch_request_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     group_id, pos = read_string(buf, pos)
     topics: list[OffsetFetchRequestTopic] | None
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -129,7 +126,7 @@ def _read_offset_fetch_request_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
         for _ in range(n):
             topics_item, pos = _read_offset_fetch_request_topic_v0(buf, pos)
             topics.append(topics_item)
-    return OffsetFetchRequest(group_id=group_id, topics=topics), pos
+    return OffsetFetchRequest(group_id, topics, [], False), pos
 
 
 def _write_offset_fetch_request_topic_v6(out: bytearray, o: OffsetFetchRequestTopic) -> None:
@@ -142,12 +139,12 @@ def _write_offset_fetch_request_topic_v6(out: bytearray, o: OffsetFetchRequestTo
 def _read_offset_fetch_request_topic_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRequestTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array OffsetFetchRequestTopic.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequestTopic(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequestTopic(name, partition_indexes), pos
 
 
 def _write_offset_fetch_request_v6(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -164,7 +161,7 @@ def _write_offset_fetch_request_v6(out: bytearray, o: OffsetFetchRequest) -> Non
 def _read_offset_fetch_request_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[OffsetFetchRequestTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -172,8 +169,11 @@ def _read_offset_fetch_request_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
         for _ in range(n):
             topics_item, pos = _read_offset_fetch_request_topic_v6(buf, pos)
             topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequest(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequest(group_id, topics, [], False), pos
 
 
 def _write_offset_fetch_request_v7(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -191,7 +191,7 @@ def _write_offset_fetch_request_v7(out: bytearray, o: OffsetFetchRequest) -> Non
 def _read_offset_fetch_request_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[OffsetFetchRequestTopic] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -201,8 +201,11 @@ def _read_offset_fetch_request_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
             topics.append(topics_item)
     require_stable, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=require_stable), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequest(group_id, topics, [], require_stable), pos
 
 
 def _write_offset_fetch_request_topics_v8(out: bytearray, o: OffsetFetchRequestTopics) -> None:
@@ -215,12 +218,12 @@ def _write_offset_fetch_request_topics_v8(out: bytearray, o: OffsetFetchRequestT
 def _read_offset_fetch_request_topics_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRequestTopics, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array OffsetFetchRequestTopics.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequestTopics(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequestTopics(name, partition_indexes), pos
 
 
 def _write_offset_fetch_request_group_v8(out: bytearray, o: OffsetFetchRequestGroup) -> None:
@@ -237,7 +240,7 @@ def _write_offset_fetch_request_group_v8(out: bytearray, o: OffsetFetchRequestGr
 def _read_offset_fetch_request_group_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRequestGroup, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[OffsetFetchRequestTopics] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -245,8 +248,11 @@ def _read_offset_fetch_request_group_v8(buf: Buffer, pos: int) -> tuple[OffsetFe
         for _ in range(n):
             topics_item, pos = _read_offset_fetch_request_topics_v8(buf, pos)
             topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequestGroup(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequestGroup(group_id, None, -1, topics), pos
 
 
 def _write_offset_fetch_request_v8(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -259,7 +265,7 @@ def _write_offset_fetch_request_v8(out: bytearray, o: OffsetFetchRequest) -> Non
 
 def _read_offset_fetch_request_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     groups: list[OffsetFetchRequestGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchRequest.groups')
     groups = []
@@ -268,8 +274,11 @@ def _read_offset_fetch_request_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
         groups.append(groups_item)
     require_stable, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequest(groups=groups, require_stable=require_stable), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequest('', [], groups, require_stable), pos
 
 
 def _write_offset_fetch_request_group_v9(out: bytearray, o: OffsetFetchRequestGroup) -> None:
@@ -291,7 +300,7 @@ def _read_offset_fetch_request_group_v9(buf: Buffer, pos: int) -> tuple[OffsetFe
     member_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetFetchRequestTopics] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         topics = None
     else:
@@ -299,8 +308,11 @@ def _read_offset_fetch_request_group_v9(buf: Buffer, pos: int) -> tuple[OffsetFe
         for _ in range(n):
             topics_item, pos = _read_offset_fetch_request_topics_v8(buf, pos)
             topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequestGroup(group_id=group_id, member_id=member_id, member_epoch=member_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequestGroup(group_id, member_id, member_epoch, topics), pos
 
 
 def _write_offset_fetch_request_v9(out: bytearray, o: OffsetFetchRequest) -> None:
@@ -313,7 +325,7 @@ def _write_offset_fetch_request_v9(out: bytearray, o: OffsetFetchRequest) -> Non
 
 def _read_offset_fetch_request_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     groups: list[OffsetFetchRequestGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchRequest.groups')
     groups = []
@@ -322,8 +334,11 @@ def _read_offset_fetch_request_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
         groups.append(groups_item)
     require_stable, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchRequest(groups=groups, require_stable=require_stable), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchRequest('', [], groups, require_stable), pos
 
 
 OffsetFetchRequest._WRITERS = {0: _write_offset_fetch_request_v0, 1: _write_offset_fetch_request_v0, 2: _write_offset_fetch_request_v2, 3: _write_offset_fetch_request_v2, 4: _write_offset_fetch_request_v2, 5: _write_offset_fetch_request_v2, 6: _write_offset_fetch_request_v6, 7: _write_offset_fetch_request_v7, 8: _write_offset_fetch_request_v8, 9: _write_offset_fetch_request_v9}

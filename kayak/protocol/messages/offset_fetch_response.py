@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -102,7 +103,7 @@ def _read_offset_fetch_response_partition_v0(buf: Buffer, pos: int) -> tuple[Off
     metadata, pos = read_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return OffsetFetchResponsePartition(partition_index=partition_index, committed_offset=committed_offset, metadata=metadata, error_code=error_code), pos
+    return OffsetFetchResponsePartition(partition_index, committed_offset, -1, metadata, error_code), pos
 
 
 def _write_offset_fetch_response_topic_v0(out: bytearray, o: OffsetFetchResponseTopic) -> None:
@@ -115,14 +116,14 @@ def _write_offset_fetch_response_topic_v0(out: bytearray, o: OffsetFetchResponse
 def _read_offset_fetch_response_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetFetchResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_fetch_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetFetchResponseTopic(name=name, partitions=partitions), pos
+    return OffsetFetchResponseTopic(name, partitions), pos
 
 
 def _write_offset_fetch_response_v0(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -133,14 +134,14 @@ def _write_offset_fetch_response_v0(out: bytearray, o: OffsetFetchResponse) -> N
 
 def _read_offset_fetch_response_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     topics: list[OffsetFetchResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_fetch_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetFetchResponse(topics=topics), pos
+    return OffsetFetchResponse(0, topics, 0, []), pos
 
 
 def _write_offset_fetch_response_v2(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -152,7 +153,7 @@ def _write_offset_fetch_response_v2(out: bytearray, o: OffsetFetchResponse) -> N
 
 def _read_offset_fetch_response_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     topics: list[OffsetFetchResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.topics')
     topics = []
@@ -161,7 +162,7 @@ def _read_offset_fetch_response_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
         topics.append(topics_item)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return OffsetFetchResponse(topics=topics, error_code=error_code), pos
+    return OffsetFetchResponse(0, topics, error_code, []), pos
 
 
 def _write_offset_fetch_response_v3(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -176,7 +177,7 @@ def _read_offset_fetch_response_v3(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetFetchResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.topics')
     topics = []
@@ -185,7 +186,7 @@ def _read_offset_fetch_response_v3(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
         topics.append(topics_item)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, topics=topics, error_code=error_code), pos
+    return OffsetFetchResponse(throttle_time_ms, topics, error_code, []), pos
 
 
 def _write_offset_fetch_response_partition_v5(out: bytearray, o: OffsetFetchResponsePartition) -> None:
@@ -200,7 +201,7 @@ def _read_offset_fetch_response_partition_v5(buf: Buffer, pos: int) -> tuple[Off
     metadata, pos = read_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return OffsetFetchResponsePartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, metadata=metadata, error_code=error_code), pos
+    return OffsetFetchResponsePartition(partition_index, committed_offset, committed_leader_epoch, metadata, error_code), pos
 
 
 def _write_offset_fetch_response_topic_v5(out: bytearray, o: OffsetFetchResponseTopic) -> None:
@@ -213,14 +214,14 @@ def _write_offset_fetch_response_topic_v5(out: bytearray, o: OffsetFetchResponse
 def _read_offset_fetch_response_topic_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[OffsetFetchResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_fetch_response_partition_v5(buf, pos)
         partitions.append(partitions_item)
-    return OffsetFetchResponseTopic(name=name, partitions=partitions), pos
+    return OffsetFetchResponseTopic(name, partitions), pos
 
 
 def _write_offset_fetch_response_v5(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -235,7 +236,7 @@ def _read_offset_fetch_response_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetFetchResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.topics')
     topics = []
@@ -244,7 +245,7 @@ def _read_offset_fetch_response_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
         topics.append(topics_item)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, topics=topics, error_code=error_code), pos
+    return OffsetFetchResponse(throttle_time_ms, topics, error_code, []), pos
 
 
 def _write_offset_fetch_response_partition_v6(out: bytearray, o: OffsetFetchResponsePartition) -> None:
@@ -260,8 +261,11 @@ def _read_offset_fetch_response_partition_v6(buf: Buffer, pos: int) -> tuple[Off
     metadata, pos = read_compact_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponsePartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, metadata=metadata, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponsePartition(partition_index, committed_offset, committed_leader_epoch, metadata, error_code), pos
 
 
 def _write_offset_fetch_response_topic_v6(out: bytearray, o: OffsetFetchResponseTopic) -> None:
@@ -275,15 +279,18 @@ def _write_offset_fetch_response_topic_v6(out: bytearray, o: OffsetFetchResponse
 def _read_offset_fetch_response_topic_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[OffsetFetchResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_fetch_response_partition_v6(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponseTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponseTopic(name, partitions), pos
 
 
 def _write_offset_fetch_response_v6(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -299,7 +306,7 @@ def _read_offset_fetch_response_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetFetchResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.topics')
     topics = []
@@ -308,8 +315,11 @@ def _read_offset_fetch_response_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
         topics.append(topics_item)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, topics=topics, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponse(throttle_time_ms, topics, error_code, []), pos
 
 
 def _write_offset_fetch_response_partitions_v8(out: bytearray, o: OffsetFetchResponsePartitions) -> None:
@@ -325,8 +335,11 @@ def _read_offset_fetch_response_partitions_v8(buf: Buffer, pos: int) -> tuple[Of
     metadata, pos = read_compact_nullable_string(buf, pos)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponsePartitions(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, metadata=metadata, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponsePartitions(partition_index, committed_offset, committed_leader_epoch, metadata, error_code), pos
 
 
 def _write_offset_fetch_response_topics_v8(out: bytearray, o: OffsetFetchResponseTopics) -> None:
@@ -340,15 +353,18 @@ def _write_offset_fetch_response_topics_v8(out: bytearray, o: OffsetFetchRespons
 def _read_offset_fetch_response_topics_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseTopics, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[OffsetFetchResponsePartitions]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponseTopics.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_fetch_response_partitions_v8(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponseTopics(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponseTopics(name, partitions), pos
 
 
 def _write_offset_fetch_response_group_v8(out: bytearray, o: OffsetFetchResponseGroup) -> None:
@@ -363,7 +379,7 @@ def _write_offset_fetch_response_group_v8(out: bytearray, o: OffsetFetchResponse
 def _read_offset_fetch_response_group_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchResponseGroup, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[OffsetFetchResponseTopics]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponseGroup.topics')
     topics = []
@@ -372,8 +388,11 @@ def _read_offset_fetch_response_group_v8(buf: Buffer, pos: int) -> tuple[OffsetF
         topics.append(topics_item)
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponseGroup(group_id=group_id, topics=topics, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponseGroup(group_id, topics, error_code), pos
 
 
 def _write_offset_fetch_response_v8(out: bytearray, o: OffsetFetchResponse) -> None:
@@ -388,15 +407,18 @@ def _read_offset_fetch_response_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     groups: list[OffsetFetchResponseGroup]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetFetchResponse.groups')
     groups = []
     for _ in range(n):
         groups_item, pos = _read_offset_fetch_response_group_v8(buf, pos)
         groups.append(groups_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetFetchResponse(throttle_time_ms=throttle_time_ms, groups=groups), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetFetchResponse(throttle_time_ms, [], 0, groups), pos
 
 
 OffsetFetchResponse._WRITERS = {0: _write_offset_fetch_response_v0, 1: _write_offset_fetch_response_v0, 2: _write_offset_fetch_response_v2, 3: _write_offset_fetch_response_v3, 4: _write_offset_fetch_response_v3, 5: _write_offset_fetch_response_v5, 6: _write_offset_fetch_response_v6, 7: _write_offset_fetch_response_v6, 8: _write_offset_fetch_response_v8, 9: _write_offset_fetch_response_v8}

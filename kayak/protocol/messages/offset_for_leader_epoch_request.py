@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -66,7 +67,7 @@ def _write_offset_for_leader_partition_v0(out: bytearray, o: OffsetForLeaderPart
 def _read_offset_for_leader_partition_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     partition, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    return OffsetForLeaderPartition(partition=partition, leader_epoch=leader_epoch), pos
+    return OffsetForLeaderPartition(partition, -1, leader_epoch), pos
 
 
 def _write_offset_for_leader_topic_v0(out: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -79,14 +80,14 @@ def _write_offset_for_leader_topic_v0(out: bytearray, o: OffsetForLeaderTopic) -
 def _read_offset_for_leader_topic_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[OffsetForLeaderPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_for_leader_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetForLeaderTopic(topic=topic, partitions=partitions), pos
+    return OffsetForLeaderTopic(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_request_v0(out: bytearray, o: OffsetForLeaderEpochRequest) -> None:
@@ -97,14 +98,14 @@ def _write_offset_for_leader_epoch_request_v0(out: bytearray, o: OffsetForLeader
 
 def _read_offset_for_leader_epoch_request_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     topics: list[OffsetForLeaderTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochRequest(topics=topics), pos
+    return OffsetForLeaderEpochRequest(-2, topics), pos
 
 
 def _write_offset_for_leader_partition_v2(out: bytearray, o: OffsetForLeaderPartition) -> None:
@@ -114,7 +115,7 @@ def _write_offset_for_leader_partition_v2(out: bytearray, o: OffsetForLeaderPart
 def _read_offset_for_leader_partition_v2(buf: Buffer, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     partition, current_leader_epoch, leader_epoch = _F_iii.unpack_from(buf, pos)
     pos += 12
-    return OffsetForLeaderPartition(partition=partition, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch), pos
+    return OffsetForLeaderPartition(partition, current_leader_epoch, leader_epoch), pos
 
 
 def _write_offset_for_leader_topic_v2(out: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -127,14 +128,14 @@ def _write_offset_for_leader_topic_v2(out: bytearray, o: OffsetForLeaderTopic) -
 def _read_offset_for_leader_topic_v2(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[OffsetForLeaderPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_for_leader_partition_v2(buf, pos)
         partitions.append(partitions_item)
-    return OffsetForLeaderTopic(topic=topic, partitions=partitions), pos
+    return OffsetForLeaderTopic(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_request_v2(out: bytearray, o: OffsetForLeaderEpochRequest) -> None:
@@ -145,14 +146,14 @@ def _write_offset_for_leader_epoch_request_v2(out: bytearray, o: OffsetForLeader
 
 def _read_offset_for_leader_epoch_request_v2(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochRequest, int]:
     topics: list[OffsetForLeaderTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_v2(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochRequest(topics=topics), pos
+    return OffsetForLeaderEpochRequest(-2, topics), pos
 
 
 def _write_offset_for_leader_epoch_request_v3(out: bytearray, o: OffsetForLeaderEpochRequest) -> None:
@@ -166,14 +167,14 @@ def _read_offset_for_leader_epoch_request_v3(buf: Buffer, pos: int) -> tuple[Off
     replica_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetForLeaderTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_v2(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochRequest(replica_id=replica_id, topics=topics), pos
+    return OffsetForLeaderEpochRequest(replica_id, topics), pos
 
 
 def _write_offset_for_leader_partition_v4(out: bytearray, o: OffsetForLeaderPartition) -> None:
@@ -184,8 +185,11 @@ def _write_offset_for_leader_partition_v4(out: bytearray, o: OffsetForLeaderPart
 def _read_offset_for_leader_partition_v4(buf: Buffer, pos: int) -> tuple[OffsetForLeaderPartition, int]:
     partition, current_leader_epoch, leader_epoch = _F_iii.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetForLeaderPartition(partition=partition, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetForLeaderPartition(partition, current_leader_epoch, leader_epoch), pos
 
 
 def _write_offset_for_leader_topic_v4(out: bytearray, o: OffsetForLeaderTopic) -> None:
@@ -199,15 +203,18 @@ def _write_offset_for_leader_topic_v4(out: bytearray, o: OffsetForLeaderTopic) -
 def _read_offset_for_leader_topic_v4(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopic, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[OffsetForLeaderPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_offset_for_leader_partition_v4(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetForLeaderTopic(topic=topic, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetForLeaderTopic(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_request_v4(out: bytearray, o: OffsetForLeaderEpochRequest) -> None:
@@ -222,15 +229,18 @@ def _read_offset_for_leader_epoch_request_v4(buf: Buffer, pos: int) -> tuple[Off
     replica_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetForLeaderTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_v4(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetForLeaderEpochRequest(replica_id=replica_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetForLeaderEpochRequest(replica_id, topics), pos
 
 
 OffsetForLeaderEpochRequest._WRITERS = {0: _write_offset_for_leader_epoch_request_v0, 1: _write_offset_for_leader_epoch_request_v0, 2: _write_offset_for_leader_epoch_request_v2, 3: _write_offset_for_leader_epoch_request_v3, 4: _write_offset_for_leader_epoch_request_v4}

@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -67,7 +68,7 @@ def _write_epoch_end_offset_v0(out: bytearray, o: EpochEndOffset) -> None:
 def _read_epoch_end_offset_v0(buf: Buffer, pos: int) -> tuple[EpochEndOffset, int]:
     error_code, partition, end_offset = _F_hiq.unpack_from(buf, pos)
     pos += 14
-    return EpochEndOffset(error_code=error_code, partition=partition, end_offset=end_offset), pos
+    return EpochEndOffset(error_code, partition, -1, end_offset), pos
 
 
 def _write_offset_for_leader_topic_result_v0(out: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -80,14 +81,14 @@ def _write_offset_for_leader_topic_result_v0(out: bytearray, o: OffsetForLeaderT
 def _read_offset_for_leader_topic_result_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[EpochEndOffset]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_epoch_end_offset_v0(buf, pos)
         partitions.append(partitions_item)
-    return OffsetForLeaderTopicResult(topic=topic, partitions=partitions), pos
+    return OffsetForLeaderTopicResult(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_response_v0(out: bytearray, o: OffsetForLeaderEpochResponse) -> None:
@@ -98,14 +99,14 @@ def _write_offset_for_leader_epoch_response_v0(out: bytearray, o: OffsetForLeade
 
 def _read_offset_for_leader_epoch_response_v0(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     topics: list[OffsetForLeaderTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_result_v0(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochResponse(topics=topics), pos
+    return OffsetForLeaderEpochResponse(0, topics), pos
 
 
 def _write_epoch_end_offset_v1(out: bytearray, o: EpochEndOffset) -> None:
@@ -115,7 +116,7 @@ def _write_epoch_end_offset_v1(out: bytearray, o: EpochEndOffset) -> None:
 def _read_epoch_end_offset_v1(buf: Buffer, pos: int) -> tuple[EpochEndOffset, int]:
     error_code, partition, leader_epoch, end_offset = _F_hiiq.unpack_from(buf, pos)
     pos += 18
-    return EpochEndOffset(error_code=error_code, partition=partition, leader_epoch=leader_epoch, end_offset=end_offset), pos
+    return EpochEndOffset(error_code, partition, leader_epoch, end_offset), pos
 
 
 def _write_offset_for_leader_topic_result_v1(out: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -128,14 +129,14 @@ def _write_offset_for_leader_topic_result_v1(out: bytearray, o: OffsetForLeaderT
 def _read_offset_for_leader_topic_result_v1(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     topic, pos = read_string(buf, pos)
     partitions: list[EpochEndOffset]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_epoch_end_offset_v1(buf, pos)
         partitions.append(partitions_item)
-    return OffsetForLeaderTopicResult(topic=topic, partitions=partitions), pos
+    return OffsetForLeaderTopicResult(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_response_v1(out: bytearray, o: OffsetForLeaderEpochResponse) -> None:
@@ -146,14 +147,14 @@ def _write_offset_for_leader_epoch_response_v1(out: bytearray, o: OffsetForLeade
 
 def _read_offset_for_leader_epoch_response_v1(buf: Buffer, pos: int) -> tuple[OffsetForLeaderEpochResponse, int]:
     topics: list[OffsetForLeaderTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_result_v1(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochResponse(topics=topics), pos
+    return OffsetForLeaderEpochResponse(0, topics), pos
 
 
 def _write_offset_for_leader_epoch_response_v2(out: bytearray, o: OffsetForLeaderEpochResponse) -> None:
@@ -167,14 +168,14 @@ def _read_offset_for_leader_epoch_response_v2(buf: Buffer, pos: int) -> tuple[Of
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetForLeaderTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_result_v1(buf, pos)
         topics.append(topics_item)
-    return OffsetForLeaderEpochResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return OffsetForLeaderEpochResponse(throttle_time_ms, topics), pos
 
 
 def _write_epoch_end_offset_v4(out: bytearray, o: EpochEndOffset) -> None:
@@ -185,8 +186,11 @@ def _write_epoch_end_offset_v4(out: bytearray, o: EpochEndOffset) -> None:
 def _read_epoch_end_offset_v4(buf: Buffer, pos: int) -> tuple[EpochEndOffset, int]:
     error_code, partition, leader_epoch, end_offset = _F_hiiq.unpack_from(buf, pos)
     pos += 18
-    pos = skip_tagged_fields(buf, pos)
-    return EpochEndOffset(error_code=error_code, partition=partition, leader_epoch=leader_epoch, end_offset=end_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return EpochEndOffset(error_code, partition, leader_epoch, end_offset), pos
 
 
 def _write_offset_for_leader_topic_result_v4(out: bytearray, o: OffsetForLeaderTopicResult) -> None:
@@ -200,15 +204,18 @@ def _write_offset_for_leader_topic_result_v4(out: bytearray, o: OffsetForLeaderT
 def _read_offset_for_leader_topic_result_v4(buf: Buffer, pos: int) -> tuple[OffsetForLeaderTopicResult, int]:
     topic, pos = read_compact_string(buf, pos)
     partitions: list[EpochEndOffset]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_epoch_end_offset_v4(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetForLeaderTopicResult(topic=topic, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetForLeaderTopicResult(topic, partitions), pos
 
 
 def _write_offset_for_leader_epoch_response_v4(out: bytearray, o: OffsetForLeaderEpochResponse) -> None:
@@ -223,15 +230,18 @@ def _read_offset_for_leader_epoch_response_v4(buf: Buffer, pos: int) -> tuple[Of
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[OffsetForLeaderTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array OffsetForLeaderEpochResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_offset_for_leader_topic_result_v4(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetForLeaderEpochResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetForLeaderEpochResponse(throttle_time_ms, topics), pos
 
 
 OffsetForLeaderEpochResponse._WRITERS = {0: _write_offset_for_leader_epoch_response_v0, 1: _write_offset_for_leader_epoch_response_v1, 2: _write_offset_for_leader_epoch_response_v2, 3: _write_offset_for_leader_epoch_response_v2, 4: _write_offset_for_leader_epoch_response_v4}

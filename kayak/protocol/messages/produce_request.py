@@ -14,10 +14,11 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_records,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_records,
     read_string,
@@ -76,7 +77,7 @@ def _read_partition_produce_data_v0(buf: Buffer, pos: int) -> tuple[PartitionPro
     index, = _F_i.unpack_from(buf, pos)
     pos += 4
     records, pos = read_records(buf, pos)
-    return PartitionProduceData(index=index, records=records), pos
+    return PartitionProduceData(index, records), pos
 
 
 def _write_topic_produce_data_v0(out: bytearray, o: TopicProduceData) -> None:
@@ -89,14 +90,14 @@ def _write_topic_produce_data_v0(out: bytearray, o: TopicProduceData) -> None:
 def _read_topic_produce_data_v0(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
     name, pos = read_string(buf, pos)
     partition_data: list[PartitionProduceData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceData.partition_data')
     partition_data = []
     for _ in range(n):
         partition_data_item, pos = _read_partition_produce_data_v0(buf, pos)
         partition_data.append(partition_data_item)
-    return TopicProduceData(name=name, partition_data=partition_data), pos
+    return TopicProduceData(name, partition_data), pos
 
 
 def _write_produce_request_v0(out: bytearray, o: ProduceRequest) -> None:
@@ -110,14 +111,14 @@ def _read_produce_request_v0(buf: Buffer, pos: int) -> tuple[ProduceRequest, int
     acks, timeout_ms = _F_hi.unpack_from(buf, pos)
     pos += 6
     topic_data: list[TopicProduceData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceRequest.topic_data')
     topic_data = []
     for _ in range(n):
         topic_data_item, pos = _read_topic_produce_data_v0(buf, pos)
         topic_data.append(topic_data_item)
-    return ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=topic_data), pos
+    return ProduceRequest(None, acks, timeout_ms, topic_data), pos
 
 
 def _write_produce_request_v3(out: bytearray, o: ProduceRequest) -> None:
@@ -133,14 +134,14 @@ def _read_produce_request_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, int
     acks, timeout_ms = _F_hi.unpack_from(buf, pos)
     pos += 6
     topic_data: list[TopicProduceData]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceRequest.topic_data')
     topic_data = []
     for _ in range(n):
         topic_data_item, pos = _read_topic_produce_data_v0(buf, pos)
         topic_data.append(topic_data_item)
-    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topic_data), pos
+    return ProduceRequest(transactional_id, acks, timeout_ms, topic_data), pos
 
 
 def _write_partition_produce_data_v9(out: bytearray, o: PartitionProduceData) -> None:
@@ -153,8 +154,11 @@ def _read_partition_produce_data_v9(buf: Buffer, pos: int) -> tuple[PartitionPro
     index, = _F_i.unpack_from(buf, pos)
     pos += 4
     records, pos = read_compact_records(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionProduceData(index=index, records=records), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionProduceData(index, records), pos
 
 
 def _write_topic_produce_data_v9(out: bytearray, o: TopicProduceData) -> None:
@@ -168,15 +172,18 @@ def _write_topic_produce_data_v9(out: bytearray, o: TopicProduceData) -> None:
 def _read_topic_produce_data_v9(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
     name, pos = read_compact_string(buf, pos)
     partition_data: list[PartitionProduceData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceData.partition_data')
     partition_data = []
     for _ in range(n):
         partition_data_item, pos = _read_partition_produce_data_v9(buf, pos)
         partition_data.append(partition_data_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicProduceData(name=name, partition_data=partition_data), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicProduceData(name, partition_data), pos
 
 
 def _write_produce_request_v9(out: bytearray, o: ProduceRequest) -> None:
@@ -193,15 +200,18 @@ def _read_produce_request_v9(buf: Buffer, pos: int) -> tuple[ProduceRequest, int
     acks, timeout_ms = _F_hi.unpack_from(buf, pos)
     pos += 6
     topic_data: list[TopicProduceData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceRequest.topic_data')
     topic_data = []
     for _ in range(n):
         topic_data_item, pos = _read_topic_produce_data_v9(buf, pos)
         topic_data.append(topic_data_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topic_data), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ProduceRequest(transactional_id, acks, timeout_ms, topic_data), pos
 
 
 ProduceRequest._WRITERS = {0: _write_produce_request_v0, 1: _write_produce_request_v0, 2: _write_produce_request_v0, 3: _write_produce_request_v3, 4: _write_produce_request_v3, 5: _write_produce_request_v3, 6: _write_produce_request_v3, 7: _write_produce_request_v3, 8: _write_produce_request_v3, 9: _write_produce_request_v9, 10: _write_produce_request_v9, 11: _write_produce_request_v9}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_tag_header,
@@ -102,7 +103,7 @@ def _write_partition_produce_response_v0(out: bytearray, o: PartitionProduceResp
 def _read_partition_produce_response_v0(buf: Buffer, pos: int) -> tuple[PartitionProduceResponse, int]:
     index, error_code, base_offset = _F_ihq.unpack_from(buf, pos)
     pos += 14
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset), pos
+    return PartitionProduceResponse(index, error_code, base_offset, -1, -1, [], None, LeaderIdAndEpoch()), pos
 
 
 def _write_topic_produce_response_v0(out: bytearray, o: TopicProduceResponse) -> None:
@@ -115,14 +116,14 @@ def _write_topic_produce_response_v0(out: bytearray, o: TopicProduceResponse) ->
 def _read_topic_produce_response_v0(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v0(buf, pos)
         partition_responses.append(partition_responses_item)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_produce_response_v0(out: bytearray, o: ProduceResponse) -> None:
@@ -133,14 +134,14 @@ def _write_produce_response_v0(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v0(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
     for _ in range(n):
         responses_item, pos = _read_topic_produce_response_v0(buf, pos)
         responses.append(responses_item)
-    return ProduceResponse(responses=responses), pos
+    return ProduceResponse(responses, 0, []), pos
 
 
 def _write_produce_response_v1(out: bytearray, o: ProduceResponse) -> None:
@@ -152,7 +153,7 @@ def _write_produce_response_v1(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -161,7 +162,7 @@ def _read_produce_response_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, i
         responses.append(responses_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
+    return ProduceResponse(responses, throttle_time_ms, []), pos
 
 
 def _write_partition_produce_response_v2(out: bytearray, o: PartitionProduceResponse) -> None:
@@ -171,7 +172,7 @@ def _write_partition_produce_response_v2(out: bytearray, o: PartitionProduceResp
 def _read_partition_produce_response_v2(buf: Buffer, pos: int) -> tuple[PartitionProduceResponse, int]:
     index, error_code, base_offset, log_append_time_ms = _F_ihqq.unpack_from(buf, pos)
     pos += 22
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms), pos
+    return PartitionProduceResponse(index, error_code, base_offset, log_append_time_ms, -1, [], None, LeaderIdAndEpoch()), pos
 
 
 def _write_topic_produce_response_v2(out: bytearray, o: TopicProduceResponse) -> None:
@@ -184,14 +185,14 @@ def _write_topic_produce_response_v2(out: bytearray, o: TopicProduceResponse) ->
 def _read_topic_produce_response_v2(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v2(buf, pos)
         partition_responses.append(partition_responses_item)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_produce_response_v2(out: bytearray, o: ProduceResponse) -> None:
@@ -203,7 +204,7 @@ def _write_produce_response_v2(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v2(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -212,7 +213,7 @@ def _read_produce_response_v2(buf: Buffer, pos: int) -> tuple[ProduceResponse, i
         responses.append(responses_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
+    return ProduceResponse(responses, throttle_time_ms, []), pos
 
 
 def _write_partition_produce_response_v5(out: bytearray, o: PartitionProduceResponse) -> None:
@@ -222,7 +223,7 @@ def _write_partition_produce_response_v5(out: bytearray, o: PartitionProduceResp
 def _read_partition_produce_response_v5(buf: Buffer, pos: int) -> tuple[PartitionProduceResponse, int]:
     index, error_code, base_offset, log_append_time_ms, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset), pos
+    return PartitionProduceResponse(index, error_code, base_offset, log_append_time_ms, log_start_offset, [], None, LeaderIdAndEpoch()), pos
 
 
 def _write_topic_produce_response_v5(out: bytearray, o: TopicProduceResponse) -> None:
@@ -235,14 +236,14 @@ def _write_topic_produce_response_v5(out: bytearray, o: TopicProduceResponse) ->
 def _read_topic_produce_response_v5(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v5(buf, pos)
         partition_responses.append(partition_responses_item)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_produce_response_v5(out: bytearray, o: ProduceResponse) -> None:
@@ -254,7 +255,7 @@ def _write_produce_response_v5(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v5(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -263,7 +264,7 @@ def _read_produce_response_v5(buf: Buffer, pos: int) -> tuple[ProduceResponse, i
         responses.append(responses_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
+    return ProduceResponse(responses, throttle_time_ms, []), pos
 
 
 def _write_batch_index_and_error_message_v8(out: bytearray, o: BatchIndexAndErrorMessage) -> None:
@@ -275,7 +276,7 @@ def _read_batch_index_and_error_message_v8(buf: Buffer, pos: int) -> tuple[Batch
     batch_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     batch_index_error_message, pos = read_nullable_string(buf, pos)
-    return BatchIndexAndErrorMessage(batch_index=batch_index, batch_index_error_message=batch_index_error_message), pos
+    return BatchIndexAndErrorMessage(batch_index, batch_index_error_message), pos
 
 
 def _write_partition_produce_response_v8(out: bytearray, o: PartitionProduceResponse) -> None:
@@ -290,7 +291,7 @@ def _read_partition_produce_response_v8(buf: Buffer, pos: int) -> tuple[Partitio
     index, error_code, base_offset, log_append_time_ms, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     record_errors: list[BatchIndexAndErrorMessage]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionProduceResponse.record_errors')
     record_errors = []
@@ -298,7 +299,7 @@ def _read_partition_produce_response_v8(buf: Buffer, pos: int) -> tuple[Partitio
         record_errors_item, pos = _read_batch_index_and_error_message_v8(buf, pos)
         record_errors.append(record_errors_item)
     error_message, pos = read_nullable_string(buf, pos)
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=record_errors, error_message=error_message), pos
+    return PartitionProduceResponse(index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors, error_message, LeaderIdAndEpoch()), pos
 
 
 def _write_topic_produce_response_v8(out: bytearray, o: TopicProduceResponse) -> None:
@@ -311,14 +312,14 @@ def _write_topic_produce_response_v8(out: bytearray, o: TopicProduceResponse) ->
 def _read_topic_produce_response_v8(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v8(buf, pos)
         partition_responses.append(partition_responses_item)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_produce_response_v8(out: bytearray, o: ProduceResponse) -> None:
@@ -330,7 +331,7 @@ def _write_produce_response_v8(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -339,7 +340,7 @@ def _read_produce_response_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse, i
         responses.append(responses_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
+    return ProduceResponse(responses, throttle_time_ms, []), pos
 
 
 def _write_batch_index_and_error_message_v9(out: bytearray, o: BatchIndexAndErrorMessage) -> None:
@@ -352,8 +353,11 @@ def _read_batch_index_and_error_message_v9(buf: Buffer, pos: int) -> tuple[Batch
     batch_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     batch_index_error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return BatchIndexAndErrorMessage(batch_index=batch_index, batch_index_error_message=batch_index_error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return BatchIndexAndErrorMessage(batch_index, batch_index_error_message), pos
 
 
 def _write_partition_produce_response_v9(out: bytearray, o: PartitionProduceResponse) -> None:
@@ -369,7 +373,7 @@ def _read_partition_produce_response_v9(buf: Buffer, pos: int) -> tuple[Partitio
     index, error_code, base_offset, log_append_time_ms, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     record_errors: list[BatchIndexAndErrorMessage]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionProduceResponse.record_errors')
     record_errors = []
@@ -377,8 +381,11 @@ def _read_partition_produce_response_v9(buf: Buffer, pos: int) -> tuple[Partitio
         record_errors_item, pos = _read_batch_index_and_error_message_v9(buf, pos)
         record_errors.append(record_errors_item)
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=record_errors, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionProduceResponse(index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors, error_message, LeaderIdAndEpoch()), pos
 
 
 def _write_topic_produce_response_v9(out: bytearray, o: TopicProduceResponse) -> None:
@@ -392,15 +399,18 @@ def _write_topic_produce_response_v9(out: bytearray, o: TopicProduceResponse) ->
 def _read_topic_produce_response_v9(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_compact_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v9(buf, pos)
         partition_responses.append(partition_responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_produce_response_v9(out: bytearray, o: ProduceResponse) -> None:
@@ -413,7 +423,7 @@ def _write_produce_response_v9(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -422,8 +432,11 @@ def _read_produce_response_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse, i
         responses.append(responses_item)
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ProduceResponse(responses, throttle_time_ms, []), pos
 
 
 def _write_leader_id_and_epoch_v10(out: bytearray, o: LeaderIdAndEpoch) -> None:
@@ -434,8 +447,11 @@ def _write_leader_id_and_epoch_v10(out: bytearray, o: LeaderIdAndEpoch) -> None:
 def _read_leader_id_and_epoch_v10(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderIdAndEpoch(leader_id, leader_epoch), pos
 
 
 def _write_partition_produce_response_v10(out: bytearray, o: PartitionProduceResponse) -> None:
@@ -458,7 +474,7 @@ def _read_partition_produce_response_v10(buf: Buffer, pos: int) -> tuple[Partiti
     index, error_code, base_offset, log_append_time_ms, log_start_offset = _F_ihqqq.unpack_from(buf, pos)
     pos += 30
     record_errors: list[BatchIndexAndErrorMessage]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionProduceResponse.record_errors')
     record_errors = []
@@ -473,7 +489,7 @@ def _read_partition_produce_response_v10(buf: Buffer, pos: int) -> tuple[Partiti
         if tag == 0:
             current_leader, start = _read_leader_id_and_epoch_v10(buf, start)
         pos = end
-    return PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=record_errors, error_message=error_message, current_leader=current_leader), pos
+    return PartitionProduceResponse(index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors, error_message, current_leader), pos
 
 
 def _write_topic_produce_response_v10(out: bytearray, o: TopicProduceResponse) -> None:
@@ -487,15 +503,18 @@ def _write_topic_produce_response_v10(out: bytearray, o: TopicProduceResponse) -
 def _read_topic_produce_response_v10(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     name, pos = read_compact_string(buf, pos)
     partition_responses: list[PartitionProduceResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicProduceResponse.partition_responses')
     partition_responses = []
     for _ in range(n):
         partition_responses_item, pos = _read_partition_produce_response_v10(buf, pos)
         partition_responses.append(partition_responses_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicProduceResponse(name=name, partition_responses=partition_responses), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicProduceResponse(name, partition_responses), pos
 
 
 def _write_node_endpoint_v10(out: bytearray, o: NodeEndpoint) -> None:
@@ -513,8 +532,11 @@ def _read_node_endpoint_v10(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port, rack), pos
 
 
 def _write_produce_response_v10(out: bytearray, o: ProduceResponse) -> None:
@@ -536,7 +558,7 @@ def _write_produce_response_v10(out: bytearray, o: ProduceResponse) -> None:
 
 def _read_produce_response_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     responses: list[TopicProduceResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ProduceResponse.responses')
     responses = []
@@ -550,7 +572,7 @@ def _read_produce_response_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     for _ in range(n_tags):
         tag, start, end = read_tag_header(buf, pos)
         if tag == 0:
-            n, start = read_array_length(buf, start, True)
+            n, start = read_compact_array_length(buf, start)
             if n < 0:
                 raise MalformedMessageError('null array ProduceResponse.node_endpoints')
             node_endpoints = []
@@ -558,7 +580,7 @@ def _read_produce_response_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
                 node_endpoints_item, start = _read_node_endpoint_v10(buf, start)
                 node_endpoints.append(node_endpoints_item)
         pos = end
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle_time_ms, node_endpoints=node_endpoints), pos
+    return ProduceResponse(responses, throttle_time_ms, node_endpoints), pos
 
 
 ProduceResponse._WRITERS = {0: _write_produce_response_v0, 1: _write_produce_response_v1, 2: _write_produce_response_v2, 3: _write_produce_response_v2, 4: _write_produce_response_v2, 5: _write_produce_response_v5, 6: _write_produce_response_v5, 7: _write_produce_response_v5, 8: _write_produce_response_v8, 9: _write_produce_response_v9, 10: _write_produce_response_v10, 11: _write_produce_response_v10}

@@ -57,8 +57,11 @@ def _read_push_telemetry_request_v0(buf: Buffer, pos: int) -> tuple[PushTelemetr
     subscription_id, terminating, compression_type = _F_iob.unpack_from(buf, pos)
     pos += 6
     metrics, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PushTelemetryRequest(client_instance_id=client_instance_id, subscription_id=subscription_id, terminating=terminating, compression_type=compression_type, metrics=metrics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PushTelemetryRequest(client_instance_id, subscription_id, terminating, compression_type, metrics), pos
 
 
 PushTelemetryRequest._WRITERS = {0: _write_push_telemetry_request_v0}

@@ -46,8 +46,11 @@ def _write_push_telemetry_response_v0(out: bytearray, o: PushTelemetryResponse) 
 def _read_push_telemetry_response_v0(buf: Buffer, pos: int) -> tuple[PushTelemetryResponse, int]:
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return PushTelemetryResponse(throttle_time_ms=throttle_time_ms, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PushTelemetryResponse(throttle_time_ms, error_code), pos
 
 
 PushTelemetryResponse._WRITERS = {0: _write_push_telemetry_response_v0}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -64,8 +64,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition=partition, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition, leader_epoch), pos
 
 
 def _write_read_state_data_v0(out: bytearray, o: ReadStateData) -> None:
@@ -79,15 +82,18 @@ def _write_read_state_data_v0(out: bytearray, o: ReadStateData) -> None:
 def _read_read_state_data_v0(buf: Buffer, pos: int) -> tuple[ReadStateData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadStateData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadStateData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadStateData(topic_id, partitions), pos
 
 
 def _write_read_share_group_state_request_v0(out: bytearray, o: ReadShareGroupStateRequest) -> None:
@@ -101,15 +107,18 @@ def _write_read_share_group_state_request_v0(out: bytearray, o: ReadShareGroupSt
 def _read_read_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[ReadShareGroupStateRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[ReadStateData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadShareGroupStateRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_read_state_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadShareGroupStateRequest(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadShareGroupStateRequest(group_id, topics), pos
 
 
 ReadShareGroupStateRequest._WRITERS = {0: _write_read_share_group_state_request_v0}

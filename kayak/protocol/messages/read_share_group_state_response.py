@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_uuid,
     skip_tagged_fields,
@@ -77,8 +77,11 @@ def _write_state_batch_v0(out: bytearray, o: StateBatch) -> None:
 def _read_state_batch_v0(buf: Buffer, pos: int) -> tuple[StateBatch, int]:
     first_offset, last_offset, delivery_state, delivery_count = _F_qqbh.unpack_from(buf, pos)
     pos += 19
-    pos = skip_tagged_fields(buf, pos)
-    return StateBatch(first_offset=first_offset, last_offset=last_offset, delivery_state=delivery_state, delivery_count=delivery_count), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StateBatch(first_offset, last_offset, delivery_state, delivery_count), pos
 
 
 def _write_partition_result_v0(out: bytearray, o: PartitionResult) -> None:
@@ -98,15 +101,18 @@ def _read_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult, i
     state_epoch, start_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
     state_batches: list[StateBatch]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionResult.state_batches')
     state_batches = []
     for _ in range(n):
         state_batches_item, pos = _read_state_batch_v0(buf, pos)
         state_batches.append(state_batches_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionResult(partition=partition, error_code=error_code, error_message=error_message, state_epoch=state_epoch, start_offset=start_offset, state_batches=state_batches), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionResult(partition, error_code, error_message, state_epoch, start_offset, state_batches), pos
 
 
 def _write_read_state_result_v0(out: bytearray, o: ReadStateResult) -> None:
@@ -120,15 +126,18 @@ def _write_read_state_result_v0(out: bytearray, o: ReadStateResult) -> None:
 def _read_read_state_result_v0(buf: Buffer, pos: int) -> tuple[ReadStateResult, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadStateResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadStateResult(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadStateResult(topic_id, partitions), pos
 
 
 def _write_read_share_group_state_response_v0(out: bytearray, o: ReadShareGroupStateResponse) -> None:
@@ -140,15 +149,18 @@ def _write_read_share_group_state_response_v0(out: bytearray, o: ReadShareGroupS
 
 def _read_read_share_group_state_response_v0(buf: Buffer, pos: int) -> tuple[ReadShareGroupStateResponse, int]:
     results: list[ReadStateResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadShareGroupStateResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_read_state_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadShareGroupStateResponse(results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadShareGroupStateResponse(results), pos
 
 
 ReadShareGroupStateResponse._WRITERS = {0: _write_read_share_group_state_response_v0}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_uuid,
     skip_tagged_fields,
@@ -72,8 +72,11 @@ def _read_partition_result_v0(buf: Buffer, pos: int) -> tuple[PartitionResult, i
     error_message, pos = read_compact_nullable_string(buf, pos)
     state_epoch, start_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionResult(partition=partition, error_code=error_code, error_message=error_message, state_epoch=state_epoch, start_offset=start_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionResult(partition, error_code, error_message, state_epoch, start_offset), pos
 
 
 def _write_read_state_summary_result_v0(out: bytearray, o: ReadStateSummaryResult) -> None:
@@ -87,15 +90,18 @@ def _write_read_state_summary_result_v0(out: bytearray, o: ReadStateSummaryResul
 def _read_read_state_summary_result_v0(buf: Buffer, pos: int) -> tuple[ReadStateSummaryResult, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadStateSummaryResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadStateSummaryResult(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadStateSummaryResult(topic_id, partitions), pos
 
 
 def _write_read_share_group_state_summary_response_v0(out: bytearray, o: ReadShareGroupStateSummaryResponse) -> None:
@@ -107,15 +113,18 @@ def _write_read_share_group_state_summary_response_v0(out: bytearray, o: ReadSha
 
 def _read_read_share_group_state_summary_response_v0(buf: Buffer, pos: int) -> tuple[ReadShareGroupStateSummaryResponse, int]:
     results: list[ReadStateSummaryResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ReadShareGroupStateSummaryResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_read_state_summary_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ReadShareGroupStateSummaryResponse(results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ReadShareGroupStateSummaryResponse(results), pos
 
 
 ReadShareGroupStateSummaryResponse._WRITERS = {0: _write_read_share_group_state_summary_response_v0}

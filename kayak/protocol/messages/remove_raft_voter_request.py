@@ -55,8 +55,11 @@ def _read_remove_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[RemoveRaf
     voter_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     voter_directory_id, pos = read_uuid(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return RemoveRaftVoterRequest(cluster_id=cluster_id, voter_id=voter_id, voter_directory_id=voter_directory_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return RemoveRaftVoterRequest(cluster_id, voter_id, voter_directory_id), pos
 
 
 RemoveRaftVoterRequest._WRITERS = {0: _write_remove_raft_voter_request_v0}

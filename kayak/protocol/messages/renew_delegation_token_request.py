@@ -51,7 +51,7 @@ def _read_renew_delegation_token_request_v0(buf: Buffer, pos: int) -> tuple[Rene
     hmac, pos = read_bytes(buf, pos)
     renew_period_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return RenewDelegationTokenRequest(hmac=hmac, renew_period_ms=renew_period_ms), pos
+    return RenewDelegationTokenRequest(hmac, renew_period_ms), pos
 
 
 def _write_renew_delegation_token_request_v2(out: bytearray, o: RenewDelegationTokenRequest) -> None:
@@ -64,8 +64,11 @@ def _read_renew_delegation_token_request_v2(buf: Buffer, pos: int) -> tuple[Rene
     hmac, pos = read_compact_bytes(buf, pos)
     renew_period_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return RenewDelegationTokenRequest(hmac=hmac, renew_period_ms=renew_period_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return RenewDelegationTokenRequest(hmac, renew_period_ms), pos
 
 
 RenewDelegationTokenRequest._WRITERS = {0: _write_renew_delegation_token_request_v0, 1: _write_renew_delegation_token_request_v0, 2: _write_renew_delegation_token_request_v2}

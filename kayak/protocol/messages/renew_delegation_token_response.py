@@ -46,7 +46,7 @@ def _write_renew_delegation_token_response_v0(out: bytearray, o: RenewDelegation
 def _read_renew_delegation_token_response_v0(buf: Buffer, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     error_code, expiry_timestamp_ms, throttle_time_ms = _F_hqi.unpack_from(buf, pos)
     pos += 14
-    return RenewDelegationTokenResponse(error_code=error_code, expiry_timestamp_ms=expiry_timestamp_ms, throttle_time_ms=throttle_time_ms), pos
+    return RenewDelegationTokenResponse(error_code, expiry_timestamp_ms, throttle_time_ms), pos
 
 
 def _write_renew_delegation_token_response_v2(out: bytearray, o: RenewDelegationTokenResponse) -> None:
@@ -57,8 +57,11 @@ def _write_renew_delegation_token_response_v2(out: bytearray, o: RenewDelegation
 def _read_renew_delegation_token_response_v2(buf: Buffer, pos: int) -> tuple[RenewDelegationTokenResponse, int]:
     error_code, expiry_timestamp_ms, throttle_time_ms = _F_hqi.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tagged_fields(buf, pos)
-    return RenewDelegationTokenResponse(error_code=error_code, expiry_timestamp_ms=expiry_timestamp_ms, throttle_time_ms=throttle_time_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return RenewDelegationTokenResponse(error_code, expiry_timestamp_ms, throttle_time_ms), pos
 
 
 RenewDelegationTokenResponse._WRITERS = {0: _write_renew_delegation_token_response_v0, 1: _write_renew_delegation_token_response_v0, 2: _write_renew_delegation_token_response_v2}

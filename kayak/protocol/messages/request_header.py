@@ -49,7 +49,7 @@ def _write_request_header_v0(out: bytearray, o: RequestHeader) -> None:
 def _read_request_header_v0(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     request_api_key, request_api_version, correlation_id = _F_hhi.unpack_from(buf, pos)
     pos += 8
-    return RequestHeader(request_api_key=request_api_key, request_api_version=request_api_version, correlation_id=correlation_id), pos
+    return RequestHeader(request_api_key, request_api_version, correlation_id, ''), pos
 
 
 def _write_request_header_v1(out: bytearray, o: RequestHeader) -> None:
@@ -61,7 +61,7 @@ def _read_request_header_v1(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     request_api_key, request_api_version, correlation_id = _F_hhi.unpack_from(buf, pos)
     pos += 8
     client_id, pos = read_nullable_string(buf, pos)
-    return RequestHeader(request_api_key=request_api_key, request_api_version=request_api_version, correlation_id=correlation_id, client_id=client_id), pos
+    return RequestHeader(request_api_key, request_api_version, correlation_id, client_id), pos
 
 
 def _write_request_header_v2(out: bytearray, o: RequestHeader) -> None:
@@ -74,8 +74,11 @@ def _read_request_header_v2(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     request_api_key, request_api_version, correlation_id = _F_hhi.unpack_from(buf, pos)
     pos += 8
     client_id, pos = read_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return RequestHeader(request_api_key=request_api_key, request_api_version=request_api_version, correlation_id=correlation_id, client_id=client_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return RequestHeader(request_api_key, request_api_version, correlation_id, client_id), pos
 
 
 RequestHeader._WRITERS = {0: _write_request_header_v0, 1: _write_request_header_v1, 2: _write_request_header_v2}

@@ -44,7 +44,7 @@ def _write_response_header_v0(out: bytearray, o: ResponseHeader) -> None:
 def _read_response_header_v0(buf: Buffer, pos: int) -> tuple[ResponseHeader, int]:
     correlation_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return ResponseHeader(correlation_id=correlation_id), pos
+    return ResponseHeader(correlation_id), pos
 
 
 def _write_response_header_v1(out: bytearray, o: ResponseHeader) -> None:
@@ -55,8 +55,11 @@ def _write_response_header_v1(out: bytearray, o: ResponseHeader) -> None:
 def _read_response_header_v1(buf: Buffer, pos: int) -> tuple[ResponseHeader, int]:
     correlation_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ResponseHeader(correlation_id=correlation_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ResponseHeader(correlation_id), pos
 
 
 ResponseHeader._WRITERS = {0: _write_response_header_v0, 1: _write_response_header_v1}

@@ -44,7 +44,7 @@ def _write_sasl_authenticate_request_v0(out: bytearray, o: SaslAuthenticateReque
 
 def _read_sasl_authenticate_request_v0(buf: Buffer, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     auth_bytes, pos = read_bytes(buf, pos)
-    return SaslAuthenticateRequest(auth_bytes=auth_bytes), pos
+    return SaslAuthenticateRequest(auth_bytes), pos
 
 
 def _write_sasl_authenticate_request_v2(out: bytearray, o: SaslAuthenticateRequest) -> None:
@@ -54,8 +54,11 @@ def _write_sasl_authenticate_request_v2(out: bytearray, o: SaslAuthenticateReque
 
 def _read_sasl_authenticate_request_v2(buf: Buffer, pos: int) -> tuple[SaslAuthenticateRequest, int]:
     auth_bytes, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return SaslAuthenticateRequest(auth_bytes=auth_bytes), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SaslAuthenticateRequest(auth_bytes), pos
 
 
 SaslAuthenticateRequest._WRITERS = {0: _write_sasl_authenticate_request_v0, 1: _write_sasl_authenticate_request_v0, 2: _write_sasl_authenticate_request_v2}

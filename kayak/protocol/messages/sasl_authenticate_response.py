@@ -60,7 +60,7 @@ def _read_sasl_authenticate_response_v0(buf: Buffer, pos: int) -> tuple[SaslAuth
     pos += 2
     error_message, pos = read_nullable_string(buf, pos)
     auth_bytes, pos = read_bytes(buf, pos)
-    return SaslAuthenticateResponse(error_code=error_code, error_message=error_message, auth_bytes=auth_bytes), pos
+    return SaslAuthenticateResponse(error_code, error_message, auth_bytes, 0), pos
 
 
 def _write_sasl_authenticate_response_v1(out: bytearray, o: SaslAuthenticateResponse) -> None:
@@ -77,7 +77,7 @@ def _read_sasl_authenticate_response_v1(buf: Buffer, pos: int) -> tuple[SaslAuth
     auth_bytes, pos = read_bytes(buf, pos)
     session_lifetime_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return SaslAuthenticateResponse(error_code=error_code, error_message=error_message, auth_bytes=auth_bytes, session_lifetime_ms=session_lifetime_ms), pos
+    return SaslAuthenticateResponse(error_code, error_message, auth_bytes, session_lifetime_ms), pos
 
 
 def _write_sasl_authenticate_response_v2(out: bytearray, o: SaslAuthenticateResponse) -> None:
@@ -95,8 +95,11 @@ def _read_sasl_authenticate_response_v2(buf: Buffer, pos: int) -> tuple[SaslAuth
     auth_bytes, pos = read_compact_bytes(buf, pos)
     session_lifetime_ms, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return SaslAuthenticateResponse(error_code=error_code, error_message=error_message, auth_bytes=auth_bytes, session_lifetime_ms=session_lifetime_ms), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SaslAuthenticateResponse(error_code, error_message, auth_bytes, session_lifetime_ms), pos
 
 
 SaslAuthenticateResponse._WRITERS = {0: _write_sasl_authenticate_response_v0, 1: _write_sasl_authenticate_response_v1, 2: _write_sasl_authenticate_response_v2}

@@ -41,7 +41,7 @@ def _write_sasl_handshake_request_v0(out: bytearray, o: SaslHandshakeRequest) ->
 
 def _read_sasl_handshake_request_v0(buf: Buffer, pos: int) -> tuple[SaslHandshakeRequest, int]:
     mechanism, pos = read_string(buf, pos)
-    return SaslHandshakeRequest(mechanism=mechanism), pos
+    return SaslHandshakeRequest(mechanism), pos
 
 
 SaslHandshakeRequest._WRITERS = {0: _write_sasl_handshake_request_v0, 1: _write_sasl_handshake_request_v0}

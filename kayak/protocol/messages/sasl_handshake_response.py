@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_int32_array_length,
     read_primitive_array,
     read_string,
     write_array_length,
@@ -53,11 +53,11 @@ def _read_sasl_handshake_response_v0(buf: Buffer, pos: int) -> tuple[SaslHandsha
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     mechanisms: list[str]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array SaslHandshakeResponse.mechanisms')
     mechanisms, pos = read_primitive_array(buf, pos, n, read_string)
-    return SaslHandshakeResponse(error_code=error_code, mechanisms=mechanisms), pos
+    return SaslHandshakeResponse(error_code, mechanisms), pos
 
 
 SaslHandshakeResponse._WRITERS = {0: _write_sasl_handshake_response_v0, 1: _write_sasl_handshake_response_v0}

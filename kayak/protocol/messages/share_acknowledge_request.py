@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT8,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_fixed_array,
     read_uuid,
@@ -79,12 +78,12 @@ def _read_acknowledgement_batch_v0(buf: Buffer, pos: int) -> tuple[Acknowledgeme
     first_offset, last_offset = _F_qq.unpack_from(buf, pos)
     pos += 16
     acknowledge_types: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array AcknowledgementBatch.acknowledge_types')
-    acknowledge_types, pos = read_fixed_array(buf, pos, n, INT8)
-    pos = skip_tagged_fields(buf, pos)
-    return AcknowledgementBatch(first_offset=first_offset, last_offset=last_offset, acknowledge_types=acknowledge_types), pos
+    acknowledge_types, pos = read_fixed_array(buf, pos, True, 'b', 1)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AcknowledgementBatch(first_offset, last_offset, acknowledge_types), pos
 
 
 def _write_acknowledge_partition_v0(out: bytearray, o: AcknowledgePartition) -> None:
@@ -99,15 +98,18 @@ def _read_acknowledge_partition_v0(buf: Buffer, pos: int) -> tuple[AcknowledgePa
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
     acknowledgement_batches: list[AcknowledgementBatch]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AcknowledgePartition.acknowledgement_batches')
     acknowledgement_batches = []
     for _ in range(n):
         acknowledgement_batches_item, pos = _read_acknowledgement_batch_v0(buf, pos)
         acknowledgement_batches.append(acknowledgement_batches_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AcknowledgePartition(partition_index=partition_index, acknowledgement_batches=acknowledgement_batches), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AcknowledgePartition(partition_index, acknowledgement_batches), pos
 
 
 def _write_acknowledge_topic_v0(out: bytearray, o: AcknowledgeTopic) -> None:
@@ -121,15 +123,18 @@ def _write_acknowledge_topic_v0(out: bytearray, o: AcknowledgeTopic) -> None:
 def _read_acknowledge_topic_v0(buf: Buffer, pos: int) -> tuple[AcknowledgeTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[AcknowledgePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array AcknowledgeTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_acknowledge_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return AcknowledgeTopic(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AcknowledgeTopic(topic_id, partitions), pos
 
 
 def _write_share_acknowledge_request_v0(out: bytearray, o: ShareAcknowledgeRequest) -> None:
@@ -148,15 +153,18 @@ def _read_share_acknowledge_request_v0(buf: Buffer, pos: int) -> tuple[ShareAckn
     share_session_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[AcknowledgeTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareAcknowledgeRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_acknowledge_topic_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareAcknowledgeRequest(group_id=group_id, member_id=member_id, share_session_epoch=share_session_epoch, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareAcknowledgeRequest(group_id, member_id, share_session_epoch, topics), pos
 
 
 ShareAcknowledgeRequest._WRITERS = {0: _write_share_acknowledge_request_v0}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_uuid,
@@ -87,8 +87,11 @@ def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:
 def _read_leader_id_and_epoch_v0(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderIdAndEpoch(leader_id, leader_epoch), pos
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
@@ -104,8 +107,11 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     error_message, pos = read_compact_nullable_string(buf, pos)
     current_leader: LeaderIdAndEpoch
     current_leader, pos = _read_leader_id_and_epoch_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, error_message=error_message, current_leader=current_leader), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, error_message, current_leader), pos
 
 
 def _write_share_acknowledge_topic_response_v0(out: bytearray, o: ShareAcknowledgeTopicResponse) -> None:
@@ -119,15 +125,18 @@ def _write_share_acknowledge_topic_response_v0(out: bytearray, o: ShareAcknowled
 def _read_share_acknowledge_topic_response_v0(buf: Buffer, pos: int) -> tuple[ShareAcknowledgeTopicResponse, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareAcknowledgeTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareAcknowledgeTopicResponse(topic_id, partitions), pos
 
 
 def _write_node_endpoint_v0(out: bytearray, o: NodeEndpoint) -> None:
@@ -145,8 +154,11 @@ def _read_node_endpoint_v0(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port, rack), pos
 
 
 def _write_share_acknowledge_response_v0(out: bytearray, o: ShareAcknowledgeResponse) -> None:
@@ -166,7 +178,7 @@ def _read_share_acknowledge_response_v0(buf: Buffer, pos: int) -> tuple[ShareAck
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     responses: list[ShareAcknowledgeTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareAcknowledgeResponse.responses')
     responses = []
@@ -174,15 +186,18 @@ def _read_share_acknowledge_response_v0(buf: Buffer, pos: int) -> tuple[ShareAck
         responses_item, pos = _read_share_acknowledge_topic_response_v0(buf, pos)
         responses.append(responses_item)
     node_endpoints: list[NodeEndpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareAcknowledgeResponse.node_endpoints')
     node_endpoints = []
     for _ in range(n):
         node_endpoints_item, pos = _read_node_endpoint_v0(buf, pos)
         node_endpoints.append(node_endpoints_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareAcknowledgeResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses, node_endpoints=node_endpoints), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareAcknowledgeResponse(throttle_time_ms, error_code, error_message, responses, node_endpoints), pos
 
 
 ShareAcknowledgeResponse._WRITERS = {0: _write_share_acknowledge_response_v0}

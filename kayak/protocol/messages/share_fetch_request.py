@@ -14,10 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    INT8,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_fixed_array,
     read_uuid,
@@ -92,12 +90,12 @@ def _read_acknowledgement_batch_v0(buf: Buffer, pos: int) -> tuple[Acknowledgeme
     first_offset, last_offset = _F_qq.unpack_from(buf, pos)
     pos += 16
     acknowledge_types: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array AcknowledgementBatch.acknowledge_types')
-    acknowledge_types, pos = read_fixed_array(buf, pos, n, INT8)
-    pos = skip_tagged_fields(buf, pos)
-    return AcknowledgementBatch(first_offset=first_offset, last_offset=last_offset, acknowledge_types=acknowledge_types), pos
+    acknowledge_types, pos = read_fixed_array(buf, pos, True, 'b', 1)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AcknowledgementBatch(first_offset, last_offset, acknowledge_types), pos
 
 
 def _write_fetch_partition_v0(out: bytearray, o: FetchPartition) -> None:
@@ -112,15 +110,18 @@ def _read_fetch_partition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, int
     partition_index, partition_max_bytes = _F_ii.unpack_from(buf, pos)
     pos += 8
     acknowledgement_batches: list[AcknowledgementBatch]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchPartition.acknowledgement_batches')
     acknowledgement_batches = []
     for _ in range(n):
         acknowledgement_batches_item, pos = _read_acknowledgement_batch_v0(buf, pos)
         acknowledgement_batches.append(acknowledgement_batches_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchPartition(partition_index=partition_index, partition_max_bytes=partition_max_bytes, acknowledgement_batches=acknowledgement_batches), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchPartition(partition_index, partition_max_bytes, acknowledgement_batches), pos
 
 
 def _write_fetch_topic_v0(out: bytearray, o: FetchTopic) -> None:
@@ -134,15 +135,18 @@ def _write_fetch_topic_v0(out: bytearray, o: FetchTopic) -> None:
 def _read_fetch_topic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[FetchPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array FetchTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_fetch_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return FetchTopic(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FetchTopic(topic_id, partitions), pos
 
 
 def _write_forgotten_topic_v0(out: bytearray, o: ForgottenTopic) -> None:
@@ -155,12 +159,12 @@ def _write_forgotten_topic_v0(out: bytearray, o: ForgottenTopic) -> None:
 def _read_forgotten_topic_v0(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array ForgottenTopic.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return ForgottenTopic(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ForgottenTopic(topic_id, partitions), pos
 
 
 def _write_share_fetch_request_v0(out: bytearray, o: ShareFetchRequest) -> None:
@@ -182,7 +186,7 @@ def _read_share_fetch_request_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     share_session_epoch, max_wait_ms, min_bytes, max_bytes = _F_iiii.unpack_from(buf, pos)
     pos += 16
     topics: list[FetchTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareFetchRequest.topics')
     topics = []
@@ -190,15 +194,18 @@ def _read_share_fetch_request_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReque
         topics_item, pos = _read_fetch_topic_v0(buf, pos)
         topics.append(topics_item)
     forgotten_topics_data: list[ForgottenTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareFetchRequest.forgotten_topics_data')
     forgotten_topics_data = []
     for _ in range(n):
         forgotten_topics_data_item, pos = _read_forgotten_topic_v0(buf, pos)
         forgotten_topics_data.append(forgotten_topics_data_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareFetchRequest(group_id=group_id, member_id=member_id, share_session_epoch=share_session_epoch, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=topics, forgotten_topics_data=forgotten_topics_data), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareFetchRequest(group_id, member_id, share_session_epoch, max_wait_ms, min_bytes, max_bytes, topics, forgotten_topics_data), pos
 
 
 ShareFetchRequest._WRITERS = {0: _write_share_fetch_request_v0}

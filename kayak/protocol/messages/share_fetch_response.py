@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_records,
     read_compact_string,
@@ -102,8 +102,11 @@ def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:
 def _read_leader_id_and_epoch_v0(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     leader_id, leader_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return LeaderIdAndEpoch(leader_id, leader_epoch), pos
 
 
 def _write_acquired_records_v0(out: bytearray, o: AcquiredRecords) -> None:
@@ -114,8 +117,11 @@ def _write_acquired_records_v0(out: bytearray, o: AcquiredRecords) -> None:
 def _read_acquired_records_v0(buf: Buffer, pos: int) -> tuple[AcquiredRecords, int]:
     first_offset, last_offset, delivery_count = _F_qqh.unpack_from(buf, pos)
     pos += 18
-    pos = skip_tagged_fields(buf, pos)
-    return AcquiredRecords(first_offset=first_offset, last_offset=last_offset, delivery_count=delivery_count), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AcquiredRecords(first_offset, last_offset, delivery_count), pos
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
@@ -142,15 +148,18 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     current_leader, pos = _read_leader_id_and_epoch_v0(buf, pos)
     records, pos = read_compact_records(buf, pos)
     acquired_records: list[AcquiredRecords]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.acquired_records')
     acquired_records = []
     for _ in range(n):
         acquired_records_item, pos = _read_acquired_records_v0(buf, pos)
         acquired_records.append(acquired_records_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, error_code=error_code, error_message=error_message, acknowledge_error_code=acknowledge_error_code, acknowledge_error_message=acknowledge_error_message, current_leader=current_leader, records=records, acquired_records=acquired_records), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, error_code, error_message, acknowledge_error_code, acknowledge_error_message, current_leader, records, acquired_records), pos
 
 
 def _write_share_fetchable_topic_response_v0(out: bytearray, o: ShareFetchableTopicResponse) -> None:
@@ -164,15 +173,18 @@ def _write_share_fetchable_topic_response_v0(out: bytearray, o: ShareFetchableTo
 def _read_share_fetchable_topic_response_v0(buf: Buffer, pos: int) -> tuple[ShareFetchableTopicResponse, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareFetchableTopicResponse.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareFetchableTopicResponse(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareFetchableTopicResponse(topic_id, partitions), pos
 
 
 def _write_node_endpoint_v0(out: bytearray, o: NodeEndpoint) -> None:
@@ -190,8 +202,11 @@ def _read_node_endpoint_v0(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return NodeEndpoint(node_id, host, port, rack), pos
 
 
 def _write_share_fetch_response_v0(out: bytearray, o: ShareFetchResponse) -> None:
@@ -211,7 +226,7 @@ def _read_share_fetch_response_v0(buf: Buffer, pos: int) -> tuple[ShareFetchResp
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     responses: list[ShareFetchableTopicResponse]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareFetchResponse.responses')
     responses = []
@@ -219,15 +234,18 @@ def _read_share_fetch_response_v0(buf: Buffer, pos: int) -> tuple[ShareFetchResp
         responses_item, pos = _read_share_fetchable_topic_response_v0(buf, pos)
         responses.append(responses_item)
     node_endpoints: list[NodeEndpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareFetchResponse.node_endpoints')
     node_endpoints = []
     for _ in range(n):
         node_endpoints_item, pos = _read_node_endpoint_v0(buf, pos)
         node_endpoints.append(node_endpoints_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareFetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, responses=responses, node_endpoints=node_endpoints), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareFetchResponse(throttle_time_ms, error_code, error_message, responses, node_endpoints), pos
 
 
 ShareFetchResponse._WRITERS = {0: _write_share_fetch_response_v0}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_primitive_array,
@@ -69,13 +69,16 @@ def _read_share_group_heartbeat_request_v0(buf: Buffer, pos: int) -> tuple[Share
     pos += 4
     rack_id, pos = read_compact_nullable_string(buf, pos)
     subscribed_topic_names: list[str] | None
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         subscribed_topic_names = None
     else:
         subscribed_topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=member_epoch, rack_id=rack_id, subscribed_topic_names=subscribed_topic_names), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareGroupHeartbeatRequest(group_id, member_id, member_epoch, rack_id, subscribed_topic_names), pos
 
 
 ShareGroupHeartbeatRequest._WRITERS = {0: _write_share_group_heartbeat_request_v0}

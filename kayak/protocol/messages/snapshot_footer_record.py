@@ -45,8 +45,11 @@ def _write_snapshot_footer_record_v0(out: bytearray, o: SnapshotFooterRecord) ->
 def _read_snapshot_footer_record_v0(buf: Buffer, pos: int) -> tuple[SnapshotFooterRecord, int]:
     version, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return SnapshotFooterRecord(version=version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SnapshotFooterRecord(version), pos
 
 
 SnapshotFooterRecord._WRITERS = {0: _write_snapshot_footer_record_v0}

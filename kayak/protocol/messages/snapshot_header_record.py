@@ -46,8 +46,11 @@ def _write_snapshot_header_record_v0(out: bytearray, o: SnapshotHeaderRecord) ->
 def _read_snapshot_header_record_v0(buf: Buffer, pos: int) -> tuple[SnapshotHeaderRecord, int]:
     version, last_contained_log_timestamp = _F_hq.unpack_from(buf, pos)
     pos += 10
-    pos = skip_tagged_fields(buf, pos)
-    return SnapshotHeaderRecord(version=version, last_contained_log_timestamp=last_contained_log_timestamp), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SnapshotHeaderRecord(version, last_contained_log_timestamp), pos
 
 
 SnapshotHeaderRecord._WRITERS = {0: _write_snapshot_header_record_v0}

@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -90,7 +90,7 @@ def _read_stop_replica_partition_v0_v0(buf: Buffer, pos: int) -> tuple[StopRepli
     topic_name, pos = read_string(buf, pos)
     partition_index, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return StopReplicaPartitionV0(topic_name=topic_name, partition_index=partition_index), pos
+    return StopReplicaPartitionV0(topic_name, partition_index), pos
 
 
 def _write_stop_replica_request_v0(out: bytearray, o: StopReplicaRequest) -> None:
@@ -104,14 +104,14 @@ def _read_stop_replica_request_v0(buf: Buffer, pos: int) -> tuple[StopReplicaReq
     controller_id, controller_epoch, delete_partitions = _F_iio.unpack_from(buf, pos)
     pos += 9
     ungrouped_partitions: list[StopReplicaPartitionV0]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaRequest.ungrouped_partitions')
     ungrouped_partitions = []
     for _ in range(n):
         ungrouped_partitions_item, pos = _read_stop_replica_partition_v0_v0(buf, pos)
         ungrouped_partitions.append(ungrouped_partitions_item)
-    return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, delete_partitions=delete_partitions, ungrouped_partitions=ungrouped_partitions), pos
+    return StopReplicaRequest(controller_id, False, controller_epoch, -1, delete_partitions, ungrouped_partitions, [], []), pos
 
 
 def _write_stop_replica_topic_v1_v1(out: bytearray, o: StopReplicaTopicV1) -> None:
@@ -123,11 +123,8 @@ def _write_stop_replica_topic_v1_v1(out: bytearray, o: StopReplicaTopicV1) -> No
 def _read_stop_replica_topic_v1_v1(buf: Buffer, pos: int) -> tuple[StopReplicaTopicV1, int]:
     name, pos = read_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array StopReplicaTopicV1.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    return StopReplicaTopicV1(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return StopReplicaTopicV1(name, partition_indexes), pos
 
 
 def _write_stop_replica_request_v1(out: bytearray, o: StopReplicaRequest) -> None:
@@ -141,14 +138,14 @@ def _read_stop_replica_request_v1(buf: Buffer, pos: int) -> tuple[StopReplicaReq
     controller_id, controller_epoch, broker_epoch, delete_partitions = _F_iiqo.unpack_from(buf, pos)
     pos += 17
     topics: list[StopReplicaTopicV1]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_stop_replica_topic_v1_v1(buf, pos)
         topics.append(topics_item)
-    return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, delete_partitions=delete_partitions, topics=topics), pos
+    return StopReplicaRequest(controller_id, False, controller_epoch, broker_epoch, delete_partitions, [], topics, []), pos
 
 
 def _write_stop_replica_topic_v1_v2(out: bytearray, o: StopReplicaTopicV1) -> None:
@@ -161,12 +158,12 @@ def _write_stop_replica_topic_v1_v2(out: bytearray, o: StopReplicaTopicV1) -> No
 def _read_stop_replica_topic_v1_v2(buf: Buffer, pos: int) -> tuple[StopReplicaTopicV1, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array StopReplicaTopicV1.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaTopicV1(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaTopicV1(name, partition_indexes), pos
 
 
 def _write_stop_replica_request_v2(out: bytearray, o: StopReplicaRequest) -> None:
@@ -181,15 +178,18 @@ def _read_stop_replica_request_v2(buf: Buffer, pos: int) -> tuple[StopReplicaReq
     controller_id, controller_epoch, broker_epoch, delete_partitions = _F_iiqo.unpack_from(buf, pos)
     pos += 17
     topics: list[StopReplicaTopicV1]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_stop_replica_topic_v1_v2(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, delete_partitions=delete_partitions, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaRequest(controller_id, False, controller_epoch, broker_epoch, delete_partitions, [], topics, []), pos
 
 
 def _write_stop_replica_partition_state_v3(out: bytearray, o: StopReplicaPartitionState) -> None:
@@ -200,8 +200,11 @@ def _write_stop_replica_partition_state_v3(out: bytearray, o: StopReplicaPartiti
 def _read_stop_replica_partition_state_v3(buf: Buffer, pos: int) -> tuple[StopReplicaPartitionState, int]:
     partition_index, leader_epoch, delete_partition = _F_iio.unpack_from(buf, pos)
     pos += 9
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaPartitionState(partition_index=partition_index, leader_epoch=leader_epoch, delete_partition=delete_partition), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaPartitionState(partition_index, leader_epoch, delete_partition), pos
 
 
 def _write_stop_replica_topic_state_v3(out: bytearray, o: StopReplicaTopicState) -> None:
@@ -215,15 +218,18 @@ def _write_stop_replica_topic_state_v3(out: bytearray, o: StopReplicaTopicState)
 def _read_stop_replica_topic_state_v3(buf: Buffer, pos: int) -> tuple[StopReplicaTopicState, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partition_states: list[StopReplicaPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_stop_replica_partition_state_v3(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaTopicState(topic_name, partition_states), pos
 
 
 def _write_stop_replica_request_v3(out: bytearray, o: StopReplicaRequest) -> None:
@@ -238,15 +244,18 @@ def _read_stop_replica_request_v3(buf: Buffer, pos: int) -> tuple[StopReplicaReq
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[StopReplicaTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaRequest.topic_states')
     topic_states = []
     for _ in range(n):
         topic_states_item, pos = _read_stop_replica_topic_state_v3(buf, pos)
         topic_states.append(topic_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaRequest(controller_id, False, controller_epoch, broker_epoch, False, [], [], topic_states), pos
 
 
 def _write_stop_replica_request_v4(out: bytearray, o: StopReplicaRequest) -> None:
@@ -261,15 +270,18 @@ def _read_stop_replica_request_v4(buf: Buffer, pos: int) -> tuple[StopReplicaReq
     controller_id, is_k_raft_controller, controller_epoch, broker_epoch = _F_ioiq.unpack_from(buf, pos)
     pos += 17
     topic_states: list[StopReplicaTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaRequest.topic_states')
     topic_states = []
     for _ in range(n):
         topic_states_item, pos = _read_stop_replica_topic_state_v3(buf, pos)
         topic_states.append(topic_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaRequest(controller_id=controller_id, is_k_raft_controller=is_k_raft_controller, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaRequest(controller_id, is_k_raft_controller, controller_epoch, broker_epoch, False, [], [], topic_states), pos
 
 
 StopReplicaRequest._WRITERS = {0: _write_stop_replica_request_v0, 1: _write_stop_replica_request_v1, 2: _write_stop_replica_request_v2, 3: _write_stop_replica_request_v3, 4: _write_stop_replica_request_v4}

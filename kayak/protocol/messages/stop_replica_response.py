@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -61,7 +62,7 @@ def _read_stop_replica_partition_error_v0(buf: Buffer, pos: int) -> tuple[StopRe
     topic_name, pos = read_string(buf, pos)
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return StopReplicaPartitionError(topic_name=topic_name, partition_index=partition_index, error_code=error_code), pos
+    return StopReplicaPartitionError(topic_name, partition_index, error_code), pos
 
 
 def _write_stop_replica_response_v0(out: bytearray, o: StopReplicaResponse) -> None:
@@ -75,14 +76,14 @@ def _read_stop_replica_response_v0(buf: Buffer, pos: int) -> tuple[StopReplicaRe
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     partition_errors: list[StopReplicaPartitionError]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaResponse.partition_errors')
     partition_errors = []
     for _ in range(n):
         partition_errors_item, pos = _read_stop_replica_partition_error_v0(buf, pos)
         partition_errors.append(partition_errors_item)
-    return StopReplicaResponse(error_code=error_code, partition_errors=partition_errors), pos
+    return StopReplicaResponse(error_code, partition_errors), pos
 
 
 def _write_stop_replica_partition_error_v2(out: bytearray, o: StopReplicaPartitionError) -> None:
@@ -95,8 +96,11 @@ def _read_stop_replica_partition_error_v2(buf: Buffer, pos: int) -> tuple[StopRe
     topic_name, pos = read_compact_string(buf, pos)
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaPartitionError(topic_name=topic_name, partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaPartitionError(topic_name, partition_index, error_code), pos
 
 
 def _write_stop_replica_response_v2(out: bytearray, o: StopReplicaResponse) -> None:
@@ -111,15 +115,18 @@ def _read_stop_replica_response_v2(buf: Buffer, pos: int) -> tuple[StopReplicaRe
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     partition_errors: list[StopReplicaPartitionError]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array StopReplicaResponse.partition_errors')
     partition_errors = []
     for _ in range(n):
         partition_errors_item, pos = _read_stop_replica_partition_error_v2(buf, pos)
         partition_errors.append(partition_errors_item)
-    pos = skip_tagged_fields(buf, pos)
-    return StopReplicaResponse(error_code=error_code, partition_errors=partition_errors), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StopReplicaResponse(error_code, partition_errors), pos
 
 
 StopReplicaResponse._WRITERS = {0: _write_stop_replica_response_v0, 1: _write_stop_replica_response_v0, 2: _write_stop_replica_response_v2, 3: _write_stop_replica_response_v2, 4: _write_stop_replica_response_v2}

@@ -14,11 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -71,7 +72,7 @@ def _write_sync_group_request_assignment_v0(out: bytearray, o: SyncGroupRequestA
 def _read_sync_group_request_assignment_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     member_id, pos = read_string(buf, pos)
     assignment, pos = read_bytes(buf, pos)
-    return SyncGroupRequestAssignment(member_id=member_id, assignment=assignment), pos
+    return SyncGroupRequestAssignment(member_id, assignment), pos
 
 
 def _write_sync_group_request_v0(out: bytearray, o: SyncGroupRequest) -> None:
@@ -89,14 +90,14 @@ def _read_sync_group_request_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     pos += 4
     member_id, pos = read_string(buf, pos)
     assignments: list[SyncGroupRequestAssignment]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array SyncGroupRequest.assignments')
     assignments = []
     for _ in range(n):
         assignments_item, pos = _read_sync_group_request_assignment_v0(buf, pos)
         assignments.append(assignments_item)
-    return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, assignments=assignments), pos
+    return SyncGroupRequest(group_id, generation_id, member_id, None, None, None, assignments), pos
 
 
 def _write_sync_group_request_v3(out: bytearray, o: SyncGroupRequest) -> None:
@@ -116,14 +117,14 @@ def _read_sync_group_request_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     member_id, pos = read_string(buf, pos)
     group_instance_id, pos = read_nullable_string(buf, pos)
     assignments: list[SyncGroupRequestAssignment]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array SyncGroupRequest.assignments')
     assignments = []
     for _ in range(n):
         assignments_item, pos = _read_sync_group_request_assignment_v0(buf, pos)
         assignments.append(assignments_item)
-    return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, assignments=assignments), pos
+    return SyncGroupRequest(group_id, generation_id, member_id, group_instance_id, None, None, assignments), pos
 
 
 def _write_sync_group_request_assignment_v4(out: bytearray, o: SyncGroupRequestAssignment) -> None:
@@ -135,8 +136,11 @@ def _write_sync_group_request_assignment_v4(out: bytearray, o: SyncGroupRequestA
 def _read_sync_group_request_assignment_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRequestAssignment, int]:
     member_id, pos = read_compact_string(buf, pos)
     assignment, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return SyncGroupRequestAssignment(member_id=member_id, assignment=assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SyncGroupRequestAssignment(member_id, assignment), pos
 
 
 def _write_sync_group_request_v4(out: bytearray, o: SyncGroupRequest) -> None:
@@ -157,15 +161,18 @@ def _read_sync_group_request_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     assignments: list[SyncGroupRequestAssignment]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array SyncGroupRequest.assignments')
     assignments = []
     for _ in range(n):
         assignments_item, pos = _read_sync_group_request_assignment_v4(buf, pos)
         assignments.append(assignments_item)
-    pos = skip_tagged_fields(buf, pos)
-    return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, assignments=assignments), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SyncGroupRequest(group_id, generation_id, member_id, group_instance_id, None, None, assignments), pos
 
 
 def _write_sync_group_request_v5(out: bytearray, o: SyncGroupRequest) -> None:
@@ -190,15 +197,18 @@ def _read_sync_group_request_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     protocol_type, pos = read_compact_nullable_string(buf, pos)
     protocol_name, pos = read_compact_nullable_string(buf, pos)
     assignments: list[SyncGroupRequestAssignment]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array SyncGroupRequest.assignments')
     assignments = []
     for _ in range(n):
         assignments_item, pos = _read_sync_group_request_assignment_v4(buf, pos)
         assignments.append(assignments_item)
-    pos = skip_tagged_fields(buf, pos)
-    return SyncGroupRequest(group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SyncGroupRequest(group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name, assignments), pos
 
 
 SyncGroupRequest._WRITERS = {0: _write_sync_group_request_v0, 1: _write_sync_group_request_v0, 2: _write_sync_group_request_v0, 3: _write_sync_group_request_v3, 4: _write_sync_group_request_v4, 5: _write_sync_group_request_v5}

@@ -57,7 +57,7 @@ def _read_sync_group_response_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     assignment, pos = read_bytes(buf, pos)
-    return SyncGroupResponse(error_code=error_code, assignment=assignment), pos
+    return SyncGroupResponse(0, error_code, None, None, assignment), pos
 
 
 def _write_sync_group_response_v1(out: bytearray, o: SyncGroupResponse) -> None:
@@ -69,7 +69,7 @@ def _read_sync_group_response_v1(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     assignment, pos = read_bytes(buf, pos)
-    return SyncGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, assignment=assignment), pos
+    return SyncGroupResponse(throttle_time_ms, error_code, None, None, assignment), pos
 
 
 def _write_sync_group_response_v4(out: bytearray, o: SyncGroupResponse) -> None:
@@ -82,8 +82,11 @@ def _read_sync_group_response_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     assignment, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return SyncGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, assignment=assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SyncGroupResponse(throttle_time_ms, error_code, None, None, assignment), pos
 
 
 def _write_sync_group_response_v5(out: bytearray, o: SyncGroupResponse) -> None:
@@ -100,8 +103,11 @@ def _read_sync_group_response_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
     protocol_type, pos = read_compact_nullable_string(buf, pos)
     protocol_name, pos = read_compact_nullable_string(buf, pos)
     assignment, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return SyncGroupResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, protocol_type=protocol_type, protocol_name=protocol_name, assignment=assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return SyncGroupResponse(throttle_time_ms, error_code, protocol_type, protocol_name, assignment), pos
 
 
 SyncGroupResponse._WRITERS = {0: _write_sync_group_response_v0, 1: _write_sync_group_response_v1, 2: _write_sync_group_response_v1, 3: _write_sync_group_response_v1, 4: _write_sync_group_response_v4, 5: _write_sync_group_response_v5}

@@ -14,9 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -80,7 +81,7 @@ def _read_txn_offset_commit_request_partition_v0(buf: Buffer, pos: int) -> tuple
     partition_index, committed_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
     committed_metadata, pos = read_nullable_string(buf, pos)
-    return TxnOffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_metadata=committed_metadata), pos
+    return TxnOffsetCommitRequestPartition(partition_index, committed_offset, -1, committed_metadata), pos
 
 
 def _write_txn_offset_commit_request_topic_v0(out: bytearray, o: TxnOffsetCommitRequestTopic) -> None:
@@ -93,14 +94,14 @@ def _write_txn_offset_commit_request_topic_v0(out: bytearray, o: TxnOffsetCommit
 def _read_txn_offset_commit_request_topic_v0(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[TxnOffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_txn_offset_commit_request_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return TxnOffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    return TxnOffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_txn_offset_commit_request_v0(out: bytearray, o: TxnOffsetCommitRequest) -> None:
@@ -118,14 +119,14 @@ def _read_txn_offset_commit_request_v0(buf: Buffer, pos: int) -> tuple[TxnOffset
     producer_id, producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     topics: list[TxnOffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_txn_offset_commit_request_topic_v0(buf, pos)
         topics.append(topics_item)
-    return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics), pos
+    return TxnOffsetCommitRequest(transactional_id, group_id, producer_id, producer_epoch, -1, '', None, topics), pos
 
 
 def _write_txn_offset_commit_request_partition_v2(out: bytearray, o: TxnOffsetCommitRequestPartition) -> None:
@@ -137,7 +138,7 @@ def _read_txn_offset_commit_request_partition_v2(buf: Buffer, pos: int) -> tuple
     partition_index, committed_offset, committed_leader_epoch = _F_iqi.unpack_from(buf, pos)
     pos += 16
     committed_metadata, pos = read_nullable_string(buf, pos)
-    return TxnOffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, committed_metadata=committed_metadata), pos
+    return TxnOffsetCommitRequestPartition(partition_index, committed_offset, committed_leader_epoch, committed_metadata), pos
 
 
 def _write_txn_offset_commit_request_topic_v2(out: bytearray, o: TxnOffsetCommitRequestTopic) -> None:
@@ -150,14 +151,14 @@ def _write_txn_offset_commit_request_topic_v2(out: bytearray, o: TxnOffsetCommit
 def _read_txn_offset_commit_request_topic_v2(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[TxnOffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_txn_offset_commit_request_partition_v2(buf, pos)
         partitions.append(partitions_item)
-    return TxnOffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    return TxnOffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_txn_offset_commit_request_v2(out: bytearray, o: TxnOffsetCommitRequest) -> None:
@@ -175,14 +176,14 @@ def _read_txn_offset_commit_request_v2(buf: Buffer, pos: int) -> tuple[TxnOffset
     producer_id, producer_epoch = _F_qh.unpack_from(buf, pos)
     pos += 10
     topics: list[TxnOffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_txn_offset_commit_request_topic_v2(buf, pos)
         topics.append(topics_item)
-    return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, topics=topics), pos
+    return TxnOffsetCommitRequest(transactional_id, group_id, producer_id, producer_epoch, -1, '', None, topics), pos
 
 
 def _write_txn_offset_commit_request_partition_v3(out: bytearray, o: TxnOffsetCommitRequestPartition) -> None:
@@ -195,8 +196,11 @@ def _read_txn_offset_commit_request_partition_v3(buf: Buffer, pos: int) -> tuple
     partition_index, committed_offset, committed_leader_epoch = _F_iqi.unpack_from(buf, pos)
     pos += 16
     committed_metadata, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitRequestPartition(partition_index=partition_index, committed_offset=committed_offset, committed_leader_epoch=committed_leader_epoch, committed_metadata=committed_metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitRequestPartition(partition_index, committed_offset, committed_leader_epoch, committed_metadata), pos
 
 
 def _write_txn_offset_commit_request_topic_v3(out: bytearray, o: TxnOffsetCommitRequestTopic) -> None:
@@ -210,15 +214,18 @@ def _write_txn_offset_commit_request_topic_v3(out: bytearray, o: TxnOffsetCommit
 def _read_txn_offset_commit_request_topic_v3(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitRequestTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[TxnOffsetCommitRequestPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequestTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_txn_offset_commit_request_partition_v3(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitRequestTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitRequestTopic(name, partitions), pos
 
 
 def _write_txn_offset_commit_request_v3(out: bytearray, o: TxnOffsetCommitRequest) -> None:
@@ -241,15 +248,18 @@ def _read_txn_offset_commit_request_v3(buf: Buffer, pos: int) -> tuple[TxnOffset
     member_id, pos = read_compact_string(buf, pos)
     group_instance_id, pos = read_compact_nullable_string(buf, pos)
     topics: list[TxnOffsetCommitRequestTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_txn_offset_commit_request_topic_v3(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitRequest(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=producer_epoch, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitRequest(transactional_id, group_id, producer_id, producer_epoch, generation_id, member_id, group_instance_id, topics), pos
 
 
 TxnOffsetCommitRequest._WRITERS = {0: _write_txn_offset_commit_request_v0, 1: _write_txn_offset_commit_request_v0, 2: _write_txn_offset_commit_request_v2, 3: _write_txn_offset_commit_request_v3, 4: _write_txn_offset_commit_request_v3}

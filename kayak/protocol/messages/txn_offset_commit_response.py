@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -64,7 +65,7 @@ def _write_txn_offset_commit_response_partition_v0(out: bytearray, o: TxnOffsetC
 def _read_txn_offset_commit_response_partition_v0(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponsePartition, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return TxnOffsetCommitResponsePartition(partition_index=partition_index, error_code=error_code), pos
+    return TxnOffsetCommitResponsePartition(partition_index, error_code), pos
 
 
 def _write_txn_offset_commit_response_topic_v0(out: bytearray, o: TxnOffsetCommitResponseTopic) -> None:
@@ -77,14 +78,14 @@ def _write_txn_offset_commit_response_topic_v0(out: bytearray, o: TxnOffsetCommi
 def _read_txn_offset_commit_response_topic_v0(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     name, pos = read_string(buf, pos)
     partitions: list[TxnOffsetCommitResponsePartition]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_txn_offset_commit_response_partition_v0(buf, pos)
         partitions.append(partitions_item)
-    return TxnOffsetCommitResponseTopic(name=name, partitions=partitions), pos
+    return TxnOffsetCommitResponseTopic(name, partitions), pos
 
 
 def _write_txn_offset_commit_response_v0(out: bytearray, o: TxnOffsetCommitResponse) -> None:
@@ -98,14 +99,14 @@ def _read_txn_offset_commit_response_v0(buf: Buffer, pos: int) -> tuple[TxnOffse
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[TxnOffsetCommitResponseTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_txn_offset_commit_response_topic_v0(buf, pos)
         topics.append(topics_item)
-    return TxnOffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    return TxnOffsetCommitResponse(throttle_time_ms, topics), pos
 
 
 def _write_txn_offset_commit_response_partition_v3(out: bytearray, o: TxnOffsetCommitResponsePartition) -> None:
@@ -116,8 +117,11 @@ def _write_txn_offset_commit_response_partition_v3(out: bytearray, o: TxnOffsetC
 def _read_txn_offset_commit_response_partition_v3(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponsePartition, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitResponsePartition(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitResponsePartition(partition_index, error_code), pos
 
 
 def _write_txn_offset_commit_response_topic_v3(out: bytearray, o: TxnOffsetCommitResponseTopic) -> None:
@@ -131,15 +135,18 @@ def _write_txn_offset_commit_response_topic_v3(out: bytearray, o: TxnOffsetCommi
 def _read_txn_offset_commit_response_topic_v3(buf: Buffer, pos: int) -> tuple[TxnOffsetCommitResponseTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[TxnOffsetCommitResponsePartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitResponseTopic.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_txn_offset_commit_response_partition_v3(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitResponseTopic(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitResponseTopic(name, partitions), pos
 
 
 def _write_txn_offset_commit_response_v3(out: bytearray, o: TxnOffsetCommitResponse) -> None:
@@ -154,15 +161,18 @@ def _read_txn_offset_commit_response_v3(buf: Buffer, pos: int) -> tuple[TxnOffse
     throttle_time_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[TxnOffsetCommitResponseTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TxnOffsetCommitResponse.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_txn_offset_commit_response_topic_v3(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TxnOffsetCommitResponse(throttle_time_ms=throttle_time_ms, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TxnOffsetCommitResponse(throttle_time_ms, topics), pos
 
 
 TxnOffsetCommitResponse._WRITERS = {0: _write_txn_offset_commit_response_v0, 1: _write_txn_offset_commit_response_v0, 2: _write_txn_offset_commit_response_v0, 3: _write_txn_offset_commit_response_v3, 4: _write_txn_offset_commit_response_v3}

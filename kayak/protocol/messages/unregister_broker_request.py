@@ -45,8 +45,11 @@ def _write_unregister_broker_request_v0(out: bytearray, o: UnregisterBrokerReque
 def _read_unregister_broker_request_v0(buf: Buffer, pos: int) -> tuple[UnregisterBrokerRequest, int]:
     broker_id, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return UnregisterBrokerRequest(broker_id=broker_id), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UnregisterBrokerRequest(broker_id), pos
 
 
 UnregisterBrokerRequest._WRITERS = {0: _write_unregister_broker_request_v0}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     skip_tagged_fields,
     write_array_length,
@@ -64,8 +64,11 @@ def _read_feature_update_key_v0(buf: Buffer, pos: int) -> tuple[FeatureUpdateKey
     feature, pos = read_compact_string(buf, pos)
     max_version_level, allow_downgrade = _F_ho.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tagged_fields(buf, pos)
-    return FeatureUpdateKey(feature=feature, max_version_level=max_version_level, allow_downgrade=allow_downgrade), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FeatureUpdateKey(feature, max_version_level, allow_downgrade, 1), pos
 
 
 def _write_update_features_request_v0(out: bytearray, o: UpdateFeaturesRequest) -> None:
@@ -80,15 +83,18 @@ def _read_update_features_request_v0(buf: Buffer, pos: int) -> tuple[UpdateFeatu
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     feature_updates: list[FeatureUpdateKey]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateFeaturesRequest.feature_updates')
     feature_updates = []
     for _ in range(n):
         feature_updates_item, pos = _read_feature_update_key_v0(buf, pos)
         feature_updates.append(feature_updates_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateFeaturesRequest(timeout_ms=timeout_ms, feature_updates=feature_updates), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateFeaturesRequest(timeout_ms, feature_updates, False), pos
 
 
 def _write_feature_update_key_v1(out: bytearray, o: FeatureUpdateKey) -> None:
@@ -101,8 +107,11 @@ def _read_feature_update_key_v1(buf: Buffer, pos: int) -> tuple[FeatureUpdateKey
     feature, pos = read_compact_string(buf, pos)
     max_version_level, upgrade_type = _F_hb.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tagged_fields(buf, pos)
-    return FeatureUpdateKey(feature=feature, max_version_level=max_version_level, upgrade_type=upgrade_type), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return FeatureUpdateKey(feature, max_version_level, False, upgrade_type), pos
 
 
 def _write_update_features_request_v1(out: bytearray, o: UpdateFeaturesRequest) -> None:
@@ -118,7 +127,7 @@ def _read_update_features_request_v1(buf: Buffer, pos: int) -> tuple[UpdateFeatu
     timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     feature_updates: list[FeatureUpdateKey]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateFeaturesRequest.feature_updates')
     feature_updates = []
@@ -127,8 +136,11 @@ def _read_update_features_request_v1(buf: Buffer, pos: int) -> tuple[UpdateFeatu
         feature_updates.append(feature_updates_item)
     validate_only, = _F_o.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateFeaturesRequest(timeout_ms=timeout_ms, feature_updates=feature_updates, validate_only=validate_only), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateFeaturesRequest(timeout_ms, feature_updates, validate_only), pos
 
 
 UpdateFeaturesRequest._WRITERS = {0: _write_update_features_request_v0, 1: _write_update_features_request_v1, 2: _write_update_features_request_v1}

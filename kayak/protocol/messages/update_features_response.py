@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     skip_tagged_fields,
@@ -66,8 +66,11 @@ def _read_updatable_feature_result_v0(buf: Buffer, pos: int) -> tuple[UpdatableF
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdatableFeatureResult(feature=feature, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdatableFeatureResult(feature, error_code, error_message), pos
 
 
 def _write_update_features_response_v0(out: bytearray, o: UpdateFeaturesResponse) -> None:
@@ -84,15 +87,18 @@ def _read_update_features_response_v0(buf: Buffer, pos: int) -> tuple[UpdateFeat
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
     results: list[UpdatableFeatureResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateFeaturesResponse.results')
     results = []
     for _ in range(n):
         results_item, pos = _read_updatable_feature_result_v0(buf, pos)
         results.append(results_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateFeaturesResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message, results=results), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateFeaturesResponse(throttle_time_ms, error_code, error_message, results), pos
 
 
 def _write_update_features_response_v2(out: bytearray, o: UpdateFeaturesResponse) -> None:
@@ -105,8 +111,11 @@ def _read_update_features_response_v2(buf: Buffer, pos: int) -> tuple[UpdateFeat
     throttle_time_ms, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
     error_message, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateFeaturesResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, error_message=error_message), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateFeaturesResponse(throttle_time_ms, error_code, error_message, []), pos
 
 
 UpdateFeaturesResponse._WRITERS = {0: _write_update_features_response_v0, 1: _write_update_features_response_v0, 2: _write_update_features_response_v2}

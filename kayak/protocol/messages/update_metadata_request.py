@@ -14,13 +14,13 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     INT8,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     read_tag_header,
@@ -120,18 +120,12 @@ def _read_update_metadata_partition_state_v0(buf: Buffer, pos: int) -> tuple[Upd
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     zk_version, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return UpdateMetadataPartitionState(topic_name=topic_name, partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, zk_version=zk_version, replicas=replicas), pos
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return UpdateMetadataPartitionState(topic_name, partition_index, controller_epoch, leader, leader_epoch, isr, zk_version, replicas, []), pos
 
 
 def _write_update_metadata_broker_v0(out: bytearray, o: UpdateMetadataBroker) -> None:
@@ -146,7 +140,7 @@ def _read_update_metadata_broker_v0(buf: Buffer, pos: int) -> tuple[UpdateMetada
     v0_host, pos = read_string(buf, pos)
     v0_port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return UpdateMetadataBroker(id=id, v0_host=v0_host, v0_port=v0_port), pos
+    return UpdateMetadataBroker(id, v0_host, v0_port, [], ''), pos
 
 
 def _write_update_metadata_request_v0(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -163,7 +157,7 @@ def _read_update_metadata_request_v0(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -171,14 +165,14 @@ def _read_update_metadata_request_v0(buf: Buffer, pos: int) -> tuple[UpdateMetad
         ungrouped_partition_states_item, pos = _read_update_metadata_partition_state_v0(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v0(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, -1, ungrouped_partition_states, [], live_brokers), pos
 
 
 def _write_update_metadata_endpoint_v1(out: bytearray, o: UpdateMetadataEndpoint) -> None:
@@ -193,7 +187,7 @@ def _read_update_metadata_endpoint_v1(buf: Buffer, pos: int) -> tuple[UpdateMeta
     host, pos = read_string(buf, pos)
     security_protocol, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return UpdateMetadataEndpoint(port=port, host=host, security_protocol=security_protocol), pos
+    return UpdateMetadataEndpoint(port, host, '', security_protocol), pos
 
 
 def _write_update_metadata_broker_v1(out: bytearray, o: UpdateMetadataBroker) -> None:
@@ -207,14 +201,14 @@ def _read_update_metadata_broker_v1(buf: Buffer, pos: int) -> tuple[UpdateMetada
     id, = _F_i.unpack_from(buf, pos)
     pos += 4
     endpoints: list[UpdateMetadataEndpoint]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataBroker.endpoints')
     endpoints = []
     for _ in range(n):
         endpoints_item, pos = _read_update_metadata_endpoint_v1(buf, pos)
         endpoints.append(endpoints_item)
-    return UpdateMetadataBroker(id=id, endpoints=endpoints), pos
+    return UpdateMetadataBroker(id, '', 0, endpoints, ''), pos
 
 
 def _write_update_metadata_request_v1(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -231,7 +225,7 @@ def _read_update_metadata_request_v1(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -239,14 +233,14 @@ def _read_update_metadata_request_v1(buf: Buffer, pos: int) -> tuple[UpdateMetad
         ungrouped_partition_states_item, pos = _read_update_metadata_partition_state_v0(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v1(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, -1, ungrouped_partition_states, [], live_brokers), pos
 
 
 def _write_update_metadata_broker_v2(out: bytearray, o: UpdateMetadataBroker) -> None:
@@ -261,7 +255,7 @@ def _read_update_metadata_broker_v2(buf: Buffer, pos: int) -> tuple[UpdateMetada
     id, = _F_i.unpack_from(buf, pos)
     pos += 4
     endpoints: list[UpdateMetadataEndpoint]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataBroker.endpoints')
     endpoints = []
@@ -269,7 +263,7 @@ def _read_update_metadata_broker_v2(buf: Buffer, pos: int) -> tuple[UpdateMetada
         endpoints_item, pos = _read_update_metadata_endpoint_v1(buf, pos)
         endpoints.append(endpoints_item)
     rack, pos = read_nullable_string(buf, pos)
-    return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack), pos
+    return UpdateMetadataBroker(id, '', 0, endpoints, rack), pos
 
 
 def _write_update_metadata_request_v2(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -286,7 +280,7 @@ def _read_update_metadata_request_v2(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -294,14 +288,14 @@ def _read_update_metadata_request_v2(buf: Buffer, pos: int) -> tuple[UpdateMetad
         ungrouped_partition_states_item, pos = _read_update_metadata_partition_state_v0(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v2(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, -1, ungrouped_partition_states, [], live_brokers), pos
 
 
 def _write_update_metadata_endpoint_v3(out: bytearray, o: UpdateMetadataEndpoint) -> None:
@@ -318,7 +312,7 @@ def _read_update_metadata_endpoint_v3(buf: Buffer, pos: int) -> tuple[UpdateMeta
     listener, pos = read_string(buf, pos)
     security_protocol, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return UpdateMetadataEndpoint(port=port, host=host, listener=listener, security_protocol=security_protocol), pos
+    return UpdateMetadataEndpoint(port, host, listener, security_protocol), pos
 
 
 def _write_update_metadata_broker_v3(out: bytearray, o: UpdateMetadataBroker) -> None:
@@ -333,7 +327,7 @@ def _read_update_metadata_broker_v3(buf: Buffer, pos: int) -> tuple[UpdateMetada
     id, = _F_i.unpack_from(buf, pos)
     pos += 4
     endpoints: list[UpdateMetadataEndpoint]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataBroker.endpoints')
     endpoints = []
@@ -341,7 +335,7 @@ def _read_update_metadata_broker_v3(buf: Buffer, pos: int) -> tuple[UpdateMetada
         endpoints_item, pos = _read_update_metadata_endpoint_v3(buf, pos)
         endpoints.append(endpoints_item)
     rack, pos = read_nullable_string(buf, pos)
-    return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack), pos
+    return UpdateMetadataBroker(id, '', 0, endpoints, rack), pos
 
 
 def _write_update_metadata_request_v3(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -358,7 +352,7 @@ def _read_update_metadata_request_v3(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -366,14 +360,14 @@ def _read_update_metadata_request_v3(buf: Buffer, pos: int) -> tuple[UpdateMetad
         ungrouped_partition_states_item, pos = _read_update_metadata_partition_state_v0(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v3(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, -1, ungrouped_partition_states, [], live_brokers), pos
 
 
 def _write_update_metadata_partition_state_v4(out: bytearray, o: UpdateMetadataPartitionState) -> None:
@@ -393,23 +387,14 @@ def _read_update_metadata_partition_state_v4(buf: Buffer, pos: int) -> tuple[Upd
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     zk_version, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return UpdateMetadataPartitionState(topic_name=topic_name, partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, zk_version=zk_version, replicas=replicas, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return UpdateMetadataPartitionState(topic_name, partition_index, controller_epoch, leader, leader_epoch, isr, zk_version, replicas, offline_replicas), pos
 
 
 def _write_update_metadata_request_v4(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -426,7 +411,7 @@ def _read_update_metadata_request_v4(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch = _F_ii.unpack_from(buf, pos)
     pos += 8
     ungrouped_partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.ungrouped_partition_states')
     ungrouped_partition_states = []
@@ -434,14 +419,14 @@ def _read_update_metadata_request_v4(buf: Buffer, pos: int) -> tuple[UpdateMetad
         ungrouped_partition_states_item, pos = _read_update_metadata_partition_state_v4(buf, pos)
         ungrouped_partition_states.append(ungrouped_partition_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v3(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, ungrouped_partition_states=ungrouped_partition_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, -1, ungrouped_partition_states, [], live_brokers), pos
 
 
 def _write_update_metadata_partition_state_v5(out: bytearray, o: UpdateMetadataPartitionState) -> None:
@@ -459,23 +444,14 @@ def _read_update_metadata_partition_state_v5(buf: Buffer, pos: int) -> tuple[Upd
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, False, 'i', 4)
     zk_version, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    return UpdateMetadataPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, zk_version=zk_version, replicas=replicas, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return UpdateMetadataPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, zk_version, replicas, offline_replicas), pos
 
 
 def _write_update_metadata_topic_state_v5(out: bytearray, o: UpdateMetadataTopicState) -> None:
@@ -488,14 +464,14 @@ def _write_update_metadata_topic_state_v5(out: bytearray, o: UpdateMetadataTopic
 def _read_update_metadata_topic_state_v5(buf: Buffer, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     topic_name, pos = read_string(buf, pos)
     partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_update_metadata_partition_state_v5(buf, pos)
         partition_states.append(partition_states_item)
-    return UpdateMetadataTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    return UpdateMetadataTopicState(topic_name, ZERO_UUID, partition_states), pos
 
 
 def _write_update_metadata_request_v5(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -512,7 +488,7 @@ def _read_update_metadata_request_v5(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[UpdateMetadataTopicState]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.topic_states')
     topic_states = []
@@ -520,14 +496,14 @@ def _read_update_metadata_request_v5(buf: Buffer, pos: int) -> tuple[UpdateMetad
         topic_states_item, pos = _read_update_metadata_topic_state_v5(buf, pos)
         topic_states.append(topic_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v3(buf, pos)
         live_brokers.append(live_brokers_item)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers), pos
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, broker_epoch, [], topic_states, live_brokers), pos
 
 
 def _write_update_metadata_partition_state_v6(out: bytearray, o: UpdateMetadataPartitionState) -> None:
@@ -546,24 +522,18 @@ def _read_update_metadata_partition_state_v6(buf: Buffer, pos: int) -> tuple[Upd
     partition_index, controller_epoch, leader, leader_epoch = _F_iiii.unpack_from(buf, pos)
     pos += 16
     isr: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.isr')
-    isr, pos = read_fixed_array(buf, pos, n, INT32)
+    isr, pos = read_fixed_array(buf, pos, True, 'i', 4)
     zk_version, = _F_i.unpack_from(buf, pos)
     pos += 4
     replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.replicas')
-    replicas, pos = read_fixed_array(buf, pos, n, INT32)
+    replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
     offline_replicas: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array UpdateMetadataPartitionState.offline_replicas')
-    offline_replicas, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataPartitionState(partition_index=partition_index, controller_epoch=controller_epoch, leader=leader, leader_epoch=leader_epoch, isr=isr, zk_version=zk_version, replicas=replicas, offline_replicas=offline_replicas), pos
+    offline_replicas, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataPartitionState('', partition_index, controller_epoch, leader, leader_epoch, isr, zk_version, replicas, offline_replicas), pos
 
 
 def _write_update_metadata_topic_state_v6(out: bytearray, o: UpdateMetadataTopicState) -> None:
@@ -577,15 +547,18 @@ def _write_update_metadata_topic_state_v6(out: bytearray, o: UpdateMetadataTopic
 def _read_update_metadata_topic_state_v6(buf: Buffer, pos: int) -> tuple[UpdateMetadataTopicState, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_update_metadata_partition_state_v6(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataTopicState(topic_name=topic_name, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataTopicState(topic_name, ZERO_UUID, partition_states), pos
 
 
 def _write_update_metadata_endpoint_v6(out: bytearray, o: UpdateMetadataEndpoint) -> None:
@@ -603,8 +576,11 @@ def _read_update_metadata_endpoint_v6(buf: Buffer, pos: int) -> tuple[UpdateMeta
     listener, pos = read_compact_string(buf, pos)
     security_protocol, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataEndpoint(port=port, host=host, listener=listener, security_protocol=security_protocol), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataEndpoint(port, host, listener, security_protocol), pos
 
 
 def _write_update_metadata_broker_v6(out: bytearray, o: UpdateMetadataBroker) -> None:
@@ -620,7 +596,7 @@ def _read_update_metadata_broker_v6(buf: Buffer, pos: int) -> tuple[UpdateMetada
     id, = _F_i.unpack_from(buf, pos)
     pos += 4
     endpoints: list[UpdateMetadataEndpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataBroker.endpoints')
     endpoints = []
@@ -628,8 +604,11 @@ def _read_update_metadata_broker_v6(buf: Buffer, pos: int) -> tuple[UpdateMetada
         endpoints_item, pos = _read_update_metadata_endpoint_v6(buf, pos)
         endpoints.append(endpoints_item)
     rack, pos = read_compact_nullable_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataBroker(id=id, endpoints=endpoints, rack=rack), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataBroker(id, '', 0, endpoints, rack), pos
 
 
 def _write_update_metadata_request_v6(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -647,7 +626,7 @@ def _read_update_metadata_request_v6(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[UpdateMetadataTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.topic_states')
     topic_states = []
@@ -655,15 +634,18 @@ def _read_update_metadata_request_v6(buf: Buffer, pos: int) -> tuple[UpdateMetad
         topic_states_item, pos = _read_update_metadata_topic_state_v6(buf, pos)
         topic_states.append(topic_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v6(buf, pos)
         live_brokers.append(live_brokers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, broker_epoch, [], topic_states, live_brokers), pos
 
 
 def _write_update_metadata_topic_state_v7(out: bytearray, o: UpdateMetadataTopicState) -> None:
@@ -679,15 +661,18 @@ def _read_update_metadata_topic_state_v7(buf: Buffer, pos: int) -> tuple[UpdateM
     topic_name, pos = read_compact_string(buf, pos)
     topic_id, pos = read_uuid(buf, pos)
     partition_states: list[UpdateMetadataPartitionState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataTopicState.partition_states')
     partition_states = []
     for _ in range(n):
         partition_states_item, pos = _read_update_metadata_partition_state_v6(buf, pos)
         partition_states.append(partition_states_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataTopicState(topic_name=topic_name, topic_id=topic_id, partition_states=partition_states), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataTopicState(topic_name, topic_id, partition_states), pos
 
 
 def _write_update_metadata_request_v7(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -705,7 +690,7 @@ def _read_update_metadata_request_v7(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, controller_epoch, broker_epoch = _F_iiq.unpack_from(buf, pos)
     pos += 16
     topic_states: list[UpdateMetadataTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.topic_states')
     topic_states = []
@@ -713,15 +698,18 @@ def _read_update_metadata_request_v7(buf: Buffer, pos: int) -> tuple[UpdateMetad
         topic_states_item, pos = _read_update_metadata_topic_state_v7(buf, pos)
         topic_states.append(topic_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
     for _ in range(n):
         live_brokers_item, pos = _read_update_metadata_broker_v6(buf, pos)
         live_brokers.append(live_brokers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataRequest(controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataRequest(controller_id, False, 0, controller_epoch, broker_epoch, [], topic_states, live_brokers), pos
 
 
 def _write_update_metadata_request_v8(out: bytearray, o: UpdateMetadataRequest) -> None:
@@ -746,7 +734,7 @@ def _read_update_metadata_request_v8(buf: Buffer, pos: int) -> tuple[UpdateMetad
     controller_id, is_k_raft_controller, controller_epoch, broker_epoch = _F_ioiq.unpack_from(buf, pos)
     pos += 17
     topic_states: list[UpdateMetadataTopicState]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.topic_states')
     topic_states = []
@@ -754,7 +742,7 @@ def _read_update_metadata_request_v8(buf: Buffer, pos: int) -> tuple[UpdateMetad
         topic_states_item, pos = _read_update_metadata_topic_state_v7(buf, pos)
         topic_states.append(topic_states_item)
     live_brokers: list[UpdateMetadataBroker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateMetadataRequest.live_brokers')
     live_brokers = []
@@ -769,7 +757,7 @@ def _read_update_metadata_request_v8(buf: Buffer, pos: int) -> tuple[UpdateMetad
             type, = INT8.unpack_from(buf, start)
             start += 1
         pos = end
-    return UpdateMetadataRequest(controller_id=controller_id, is_k_raft_controller=is_k_raft_controller, controller_epoch=controller_epoch, broker_epoch=broker_epoch, topic_states=topic_states, live_brokers=live_brokers, type=type), pos
+    return UpdateMetadataRequest(controller_id, is_k_raft_controller, type, controller_epoch, broker_epoch, [], topic_states, live_brokers), pos
 
 
 UpdateMetadataRequest._WRITERS = {0: _write_update_metadata_request_v0, 1: _write_update_metadata_request_v1, 2: _write_update_metadata_request_v2, 3: _write_update_metadata_request_v3, 4: _write_update_metadata_request_v4, 5: _write_update_metadata_request_v5, 6: _write_update_metadata_request_v6, 7: _write_update_metadata_request_v7, 8: _write_update_metadata_request_v8}

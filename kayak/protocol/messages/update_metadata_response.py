@@ -44,7 +44,7 @@ def _write_update_metadata_response_v0(out: bytearray, o: UpdateMetadataResponse
 def _read_update_metadata_response_v0(buf: Buffer, pos: int) -> tuple[UpdateMetadataResponse, int]:
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    return UpdateMetadataResponse(error_code=error_code), pos
+    return UpdateMetadataResponse(error_code), pos
 
 
 def _write_update_metadata_response_v6(out: bytearray, o: UpdateMetadataResponse) -> None:
@@ -55,8 +55,11 @@ def _write_update_metadata_response_v6(out: bytearray, o: UpdateMetadataResponse
 def _read_update_metadata_response_v6(buf: Buffer, pos: int) -> tuple[UpdateMetadataResponse, int]:
     error_code, = _F_h.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateMetadataResponse(error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateMetadataResponse(error_code), pos
 
 
 UpdateMetadataResponse._WRITERS = {0: _write_update_metadata_response_v0, 1: _write_update_metadata_response_v0, 2: _write_update_metadata_response_v0, 3: _write_update_metadata_response_v0, 4: _write_update_metadata_response_v0, 5: _write_update_metadata_response_v0, 6: _write_update_metadata_response_v6, 7: _write_update_metadata_response_v6, 8: _write_update_metadata_response_v6}

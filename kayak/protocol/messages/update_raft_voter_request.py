@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_uuid,
@@ -77,8 +77,11 @@ def _read_listener_v0(buf: Buffer, pos: int) -> tuple[Listener, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return Listener(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Listener(name, host, port), pos
 
 
 def _write_k_raft_version_feature_v0(out: bytearray, o: KRaftVersionFeature) -> None:
@@ -89,8 +92,11 @@ def _write_k_raft_version_feature_v0(out: bytearray, o: KRaftVersionFeature) -> 
 def _read_k_raft_version_feature_v0(buf: Buffer, pos: int) -> tuple[KRaftVersionFeature, int]:
     min_supported_version, max_supported_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return KRaftVersionFeature(min_supported_version=min_supported_version, max_supported_version=max_supported_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return KRaftVersionFeature(min_supported_version, max_supported_version), pos
 
 
 def _write_update_raft_voter_request_v0(out: bytearray, o: UpdateRaftVoterRequest) -> None:
@@ -110,7 +116,7 @@ def _read_update_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[UpdateRaf
     pos += 8
     voter_directory_id, pos = read_uuid(buf, pos)
     listeners: list[Listener]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array UpdateRaftVoterRequest.listeners')
     listeners = []
@@ -119,8 +125,11 @@ def _read_update_raft_voter_request_v0(buf: Buffer, pos: int) -> tuple[UpdateRaf
         listeners.append(listeners_item)
     k_raft_version_feature: KRaftVersionFeature
     k_raft_version_feature, pos = _read_k_raft_version_feature_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return UpdateRaftVoterRequest(cluster_id=cluster_id, current_leader_epoch=current_leader_epoch, voter_id=voter_id, voter_directory_id=voter_directory_id, listeners=listeners, k_raft_version_feature=k_raft_version_feature), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return UpdateRaftVoterRequest(cluster_id, current_leader_epoch, voter_id, voter_directory_id, listeners, k_raft_version_feature), pos
 
 
 UpdateRaftVoterRequest._WRITERS = {0: _write_update_raft_voter_request_v0}

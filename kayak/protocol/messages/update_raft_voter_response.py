@@ -68,8 +68,11 @@ def _read_current_leader_v0(buf: Buffer, pos: int) -> tuple[CurrentLeader, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return CurrentLeader(leader_id=leader_id, leader_epoch=leader_epoch, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CurrentLeader(leader_id, leader_epoch, host, port), pos
 
 
 def _write_update_raft_voter_response_v0(out: bytearray, o: UpdateRaftVoterResponse) -> None:
@@ -94,7 +97,7 @@ def _read_update_raft_voter_response_v0(buf: Buffer, pos: int) -> tuple[UpdateRa
         if tag == 0:
             current_leader, start = _read_current_leader_v0(buf, start)
         pos = end
-    return UpdateRaftVoterResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, current_leader=current_leader), pos
+    return UpdateRaftVoterResponse(throttle_time_ms, error_code, current_leader), pos
 
 
 UpdateRaftVoterResponse._WRITERS = {0: _write_update_raft_voter_response_v0}

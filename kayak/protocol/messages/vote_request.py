@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_uuid,
@@ -75,8 +75,11 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition_index, candidate_epoch, candidate_id, last_offset_epoch, last_offset = _F_iiiiq.unpack_from(buf, pos)
     pos += 24
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, candidate_epoch=candidate_epoch, candidate_id=candidate_id, last_offset_epoch=last_offset_epoch, last_offset=last_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, candidate_epoch, candidate_id, ZERO_UUID, ZERO_UUID, last_offset_epoch, last_offset), pos
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
@@ -90,15 +93,18 @@ def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v0(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_vote_request_v0(out: bytearray, o: VoteRequest) -> None:
@@ -112,15 +118,18 @@ def _write_vote_request_v0(out: bytearray, o: VoteRequest) -> None:
 def _read_vote_request_v0(buf: Buffer, pos: int) -> tuple[VoteRequest, int]:
     cluster_id, pos = read_compact_nullable_string(buf, pos)
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array VoteRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return VoteRequest(cluster_id=cluster_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return VoteRequest(cluster_id, -1, topics), pos
 
 
 def _write_partition_data_v1(out: bytearray, o: PartitionData) -> None:
@@ -138,8 +147,11 @@ def _read_partition_data_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     voter_directory_id, pos = read_uuid(buf, pos)
     last_offset_epoch, last_offset = _F_iq.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition_index=partition_index, candidate_epoch=candidate_epoch, candidate_id=candidate_id, candidate_directory_id=candidate_directory_id, voter_directory_id=voter_directory_id, last_offset_epoch=last_offset_epoch, last_offset=last_offset), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition_index, candidate_epoch, candidate_id, candidate_directory_id, voter_directory_id, last_offset_epoch, last_offset), pos
 
 
 def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
@@ -153,15 +165,18 @@ def _write_topic_data_v1(out: bytearray, o: TopicData) -> None:
 def _read_topic_data_v1(buf: Buffer, pos: int) -> tuple[TopicData, int]:
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicData(topic_name=topic_name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicData(topic_name, partitions), pos
 
 
 def _write_vote_request_v1(out: bytearray, o: VoteRequest) -> None:
@@ -178,15 +193,18 @@ def _read_vote_request_v1(buf: Buffer, pos: int) -> tuple[VoteRequest, int]:
     voter_id, = _F_i.unpack_from(buf, pos)
     pos += 4
     topics: list[TopicData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array VoteRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_data_v1(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return VoteRequest(cluster_id=cluster_id, voter_id=voter_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return VoteRequest(cluster_id, voter_id, topics), pos
 
 
 VoteRequest._WRITERS = {0: _write_vote_request_v0, 1: _write_vote_request_v1}

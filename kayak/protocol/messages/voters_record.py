@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -80,8 +80,11 @@ def _read_endpoint_v0(buf: Buffer, pos: int) -> tuple[Endpoint, int]:
     host, pos = read_compact_string(buf, pos)
     port, = _F_H.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tagged_fields(buf, pos)
-    return Endpoint(name=name, host=host, port=port), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Endpoint(name, host, port), pos
 
 
 def _write_k_raft_version_feature_v0(out: bytearray, o: KRaftVersionFeature) -> None:
@@ -92,8 +95,11 @@ def _write_k_raft_version_feature_v0(out: bytearray, o: KRaftVersionFeature) -> 
 def _read_k_raft_version_feature_v0(buf: Buffer, pos: int) -> tuple[KRaftVersionFeature, int]:
     min_supported_version, max_supported_version = _F_hh.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return KRaftVersionFeature(min_supported_version=min_supported_version, max_supported_version=max_supported_version), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return KRaftVersionFeature(min_supported_version, max_supported_version), pos
 
 
 def _write_voter_v0(out: bytearray, o: Voter) -> None:
@@ -111,7 +117,7 @@ def _read_voter_v0(buf: Buffer, pos: int) -> tuple[Voter, int]:
     pos += 4
     voter_directory_id, pos = read_uuid(buf, pos)
     endpoints: list[Endpoint]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array Voter.endpoints')
     endpoints = []
@@ -120,8 +126,11 @@ def _read_voter_v0(buf: Buffer, pos: int) -> tuple[Voter, int]:
         endpoints.append(endpoints_item)
     k_raft_version_feature: KRaftVersionFeature
     k_raft_version_feature, pos = _read_k_raft_version_feature_v0(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return Voter(voter_id=voter_id, voter_directory_id=voter_directory_id, endpoints=endpoints, k_raft_version_feature=k_raft_version_feature), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return Voter(voter_id, voter_directory_id, endpoints, k_raft_version_feature), pos
 
 
 def _write_voters_record_v0(out: bytearray, o: VotersRecord) -> None:
@@ -136,15 +145,18 @@ def _read_voters_record_v0(buf: Buffer, pos: int) -> tuple[VotersRecord, int]:
     version, = _F_h.unpack_from(buf, pos)
     pos += 2
     voters: list[Voter]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array VotersRecord.voters')
     voters = []
     for _ in range(n):
         voters_item, pos = _read_voter_v0(buf, pos)
         voters.append(voters_item)
-    pos = skip_tagged_fields(buf, pos)
-    return VotersRecord(version=version, voters=voters), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return VotersRecord(version, voters), pos
 
 
 VotersRecord._WRITERS = {0: _write_voters_record_v0}

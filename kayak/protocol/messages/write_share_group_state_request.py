@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_uuid,
     skip_tagged_fields,
@@ -76,8 +76,11 @@ def _write_state_batch_v0(out: bytearray, o: StateBatch) -> None:
 def _read_state_batch_v0(buf: Buffer, pos: int) -> tuple[StateBatch, int]:
     first_offset, last_offset, delivery_state, delivery_count = _F_qqbh.unpack_from(buf, pos)
     pos += 19
-    pos = skip_tagged_fields(buf, pos)
-    return StateBatch(first_offset=first_offset, last_offset=last_offset, delivery_state=delivery_state, delivery_count=delivery_count), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return StateBatch(first_offset, last_offset, delivery_state, delivery_count), pos
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
@@ -92,15 +95,18 @@ def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     partition, state_epoch, leader_epoch, start_offset = _F_iiiq.unpack_from(buf, pos)
     pos += 20
     state_batches: list[StateBatch]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionData.state_batches')
     state_batches = []
     for _ in range(n):
         state_batches_item, pos = _read_state_batch_v0(buf, pos)
         state_batches.append(state_batches_item)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionData(partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset, state_batches=state_batches), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionData(partition, state_epoch, leader_epoch, start_offset, state_batches), pos
 
 
 def _write_write_state_data_v0(out: bytearray, o: WriteStateData) -> None:
@@ -114,15 +120,18 @@ def _write_write_state_data_v0(out: bytearray, o: WriteStateData) -> None:
 def _read_write_state_data_v0(buf: Buffer, pos: int) -> tuple[WriteStateData, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[PartitionData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteStateData.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_partition_data_v0(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WriteStateData(topic_id=topic_id, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WriteStateData(topic_id, partitions), pos
 
 
 def _write_write_share_group_state_request_v0(out: bytearray, o: WriteShareGroupStateRequest) -> None:
@@ -136,15 +145,18 @@ def _write_write_share_group_state_request_v0(out: bytearray, o: WriteShareGroup
 def _read_write_share_group_state_request_v0(buf: Buffer, pos: int) -> tuple[WriteShareGroupStateRequest, int]:
     group_id, pos = read_compact_string(buf, pos)
     topics: list[WriteStateData]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteShareGroupStateRequest.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_write_state_data_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WriteShareGroupStateRequest(group_id=group_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WriteShareGroupStateRequest(group_id, topics), pos
 
 
 WriteShareGroupStateRequest._WRITERS = {0: _write_write_share_group_state_request_v0}

@@ -14,10 +14,10 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -70,11 +70,8 @@ def _write_writable_txn_marker_topic_v0(out: bytearray, o: WritableTxnMarkerTopi
 def _read_writable_txn_marker_topic_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     name, pos = read_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, False)
-    if n < 0:
-        raise MalformedMessageError('null array WritableTxnMarkerTopic.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    return WritableTxnMarkerTopic(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, False, 'i', 4)
+    return WritableTxnMarkerTopic(name, partition_indexes), pos
 
 
 def _write_writable_txn_marker_v0(out: bytearray, o: WritableTxnMarker) -> None:
@@ -89,7 +86,7 @@ def _read_writable_txn_marker_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMark
     producer_id, producer_epoch, transaction_result = _F_qho.unpack_from(buf, pos)
     pos += 11
     topics: list[WritableTxnMarkerTopic]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarker.topics')
     topics = []
@@ -98,7 +95,7 @@ def _read_writable_txn_marker_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMark
         topics.append(topics_item)
     coordinator_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return WritableTxnMarker(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=transaction_result, topics=topics, coordinator_epoch=coordinator_epoch), pos
+    return WritableTxnMarker(producer_id, producer_epoch, transaction_result, topics, coordinator_epoch), pos
 
 
 def _write_write_txn_markers_request_v0(out: bytearray, o: WriteTxnMarkersRequest) -> None:
@@ -109,14 +106,14 @@ def _write_write_txn_markers_request_v0(out: bytearray, o: WriteTxnMarkersReques
 
 def _read_write_txn_markers_request_v0(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     markers: list[WritableTxnMarker]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteTxnMarkersRequest.markers')
     markers = []
     for _ in range(n):
         markers_item, pos = _read_writable_txn_marker_v0(buf, pos)
         markers.append(markers_item)
-    return WriteTxnMarkersRequest(markers=markers), pos
+    return WriteTxnMarkersRequest(markers), pos
 
 
 def _write_writable_txn_marker_topic_v1(out: bytearray, o: WritableTxnMarkerTopic) -> None:
@@ -129,12 +126,12 @@ def _write_writable_txn_marker_topic_v1(out: bytearray, o: WritableTxnMarkerTopi
 def _read_writable_txn_marker_topic_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerTopic, int]:
     name, pos = read_compact_string(buf, pos)
     partition_indexes: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array WritableTxnMarkerTopic.partition_indexes')
-    partition_indexes, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return WritableTxnMarkerTopic(name=name, partition_indexes=partition_indexes), pos
+    partition_indexes, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WritableTxnMarkerTopic(name, partition_indexes), pos
 
 
 def _write_writable_txn_marker_v1(out: bytearray, o: WritableTxnMarker) -> None:
@@ -150,7 +147,7 @@ def _read_writable_txn_marker_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMark
     producer_id, producer_epoch, transaction_result = _F_qho.unpack_from(buf, pos)
     pos += 11
     topics: list[WritableTxnMarkerTopic]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarker.topics')
     topics = []
@@ -159,8 +156,11 @@ def _read_writable_txn_marker_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMark
         topics.append(topics_item)
     coordinator_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return WritableTxnMarker(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=transaction_result, topics=topics, coordinator_epoch=coordinator_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WritableTxnMarker(producer_id, producer_epoch, transaction_result, topics, coordinator_epoch), pos
 
 
 def _write_write_txn_markers_request_v1(out: bytearray, o: WriteTxnMarkersRequest) -> None:
@@ -172,15 +172,18 @@ def _write_write_txn_markers_request_v1(out: bytearray, o: WriteTxnMarkersReques
 
 def _read_write_txn_markers_request_v1(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
     markers: list[WritableTxnMarker]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteTxnMarkersRequest.markers')
     markers = []
     for _ in range(n):
         markers_item, pos = _read_writable_txn_marker_v1(buf, pos)
         markers.append(markers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WriteTxnMarkersRequest(markers=markers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WriteTxnMarkersRequest(markers), pos
 
 
 WriteTxnMarkersRequest._WRITERS = {0: _write_write_txn_markers_request_v0, 1: _write_write_txn_markers_request_v1}

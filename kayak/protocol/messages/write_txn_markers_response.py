@@ -14,8 +14,9 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
+    read_int32_array_length,
     read_string,
     skip_tagged_fields,
     write_array_length,
@@ -69,7 +70,7 @@ def _write_writable_txn_marker_partition_result_v0(out: bytearray, o: WritableTx
 def _read_writable_txn_marker_partition_result_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerPartitionResult, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    return WritableTxnMarkerPartitionResult(partition_index=partition_index, error_code=error_code), pos
+    return WritableTxnMarkerPartitionResult(partition_index, error_code), pos
 
 
 def _write_writable_txn_marker_topic_result_v0(out: bytearray, o: WritableTxnMarkerTopicResult) -> None:
@@ -82,14 +83,14 @@ def _write_writable_txn_marker_topic_result_v0(out: bytearray, o: WritableTxnMar
 def _read_writable_txn_marker_topic_result_v0(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     name, pos = read_string(buf, pos)
     partitions: list[WritableTxnMarkerPartitionResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarkerTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_writable_txn_marker_partition_result_v0(buf, pos)
         partitions.append(partitions_item)
-    return WritableTxnMarkerTopicResult(name=name, partitions=partitions), pos
+    return WritableTxnMarkerTopicResult(name, partitions), pos
 
 
 def _write_writable_txn_marker_result_v0(out: bytearray, o: WritableTxnMarkerResult) -> None:
@@ -103,14 +104,14 @@ def _read_writable_txn_marker_result_v0(buf: Buffer, pos: int) -> tuple[Writable
     producer_id, = _F_q.unpack_from(buf, pos)
     pos += 8
     topics: list[WritableTxnMarkerTopicResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarkerResult.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_writable_txn_marker_topic_result_v0(buf, pos)
         topics.append(topics_item)
-    return WritableTxnMarkerResult(producer_id=producer_id, topics=topics), pos
+    return WritableTxnMarkerResult(producer_id, topics), pos
 
 
 def _write_write_txn_markers_response_v0(out: bytearray, o: WriteTxnMarkersResponse) -> None:
@@ -121,14 +122,14 @@ def _write_write_txn_markers_response_v0(out: bytearray, o: WriteTxnMarkersRespo
 
 def _read_write_txn_markers_response_v0(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     markers: list[WritableTxnMarkerResult]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteTxnMarkersResponse.markers')
     markers = []
     for _ in range(n):
         markers_item, pos = _read_writable_txn_marker_result_v0(buf, pos)
         markers.append(markers_item)
-    return WriteTxnMarkersResponse(markers=markers), pos
+    return WriteTxnMarkersResponse(markers), pos
 
 
 def _write_writable_txn_marker_partition_result_v1(out: bytearray, o: WritableTxnMarkerPartitionResult) -> None:
@@ -139,8 +140,11 @@ def _write_writable_txn_marker_partition_result_v1(out: bytearray, o: WritableTx
 def _read_writable_txn_marker_partition_result_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerPartitionResult, int]:
     partition_index, error_code = _F_ih.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tagged_fields(buf, pos)
-    return WritableTxnMarkerPartitionResult(partition_index=partition_index, error_code=error_code), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WritableTxnMarkerPartitionResult(partition_index, error_code), pos
 
 
 def _write_writable_txn_marker_topic_result_v1(out: bytearray, o: WritableTxnMarkerTopicResult) -> None:
@@ -154,15 +158,18 @@ def _write_writable_txn_marker_topic_result_v1(out: bytearray, o: WritableTxnMar
 def _read_writable_txn_marker_topic_result_v1(buf: Buffer, pos: int) -> tuple[WritableTxnMarkerTopicResult, int]:
     name, pos = read_compact_string(buf, pos)
     partitions: list[WritableTxnMarkerPartitionResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarkerTopicResult.partitions')
     partitions = []
     for _ in range(n):
         partitions_item, pos = _read_writable_txn_marker_partition_result_v1(buf, pos)
         partitions.append(partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WritableTxnMarkerTopicResult(name=name, partitions=partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WritableTxnMarkerTopicResult(name, partitions), pos
 
 
 def _write_writable_txn_marker_result_v1(out: bytearray, o: WritableTxnMarkerResult) -> None:
@@ -177,15 +184,18 @@ def _read_writable_txn_marker_result_v1(buf: Buffer, pos: int) -> tuple[Writable
     producer_id, = _F_q.unpack_from(buf, pos)
     pos += 8
     topics: list[WritableTxnMarkerTopicResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WritableTxnMarkerResult.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_writable_txn_marker_topic_result_v1(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WritableTxnMarkerResult(producer_id=producer_id, topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WritableTxnMarkerResult(producer_id, topics), pos
 
 
 def _write_write_txn_markers_response_v1(out: bytearray, o: WriteTxnMarkersResponse) -> None:
@@ -197,15 +207,18 @@ def _write_write_txn_markers_response_v1(out: bytearray, o: WriteTxnMarkersRespo
 
 def _read_write_txn_markers_response_v1(buf: Buffer, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     markers: list[WritableTxnMarkerResult]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array WriteTxnMarkersResponse.markers')
     markers = []
     for _ in range(n):
         markers_item, pos = _read_writable_txn_marker_result_v1(buf, pos)
         markers.append(markers_item)
-    pos = skip_tagged_fields(buf, pos)
-    return WriteTxnMarkersResponse(markers=markers), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return WriteTxnMarkersResponse(markers), pos
 
 
 WriteTxnMarkersResponse._WRITERS = {0: _write_write_txn_markers_response_v0, 1: _write_write_txn_markers_response_v1}

@@ -44,7 +44,7 @@ def _write_consumer_group_current_member_assignment_key_v8(out: bytearray, o: Co
 def _read_consumer_group_current_member_assignment_key_v8(buf: Buffer, pos: int) -> tuple[ConsumerGroupCurrentMemberAssignmentKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), pos
+    return ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), pos
 
 
 ConsumerGroupCurrentMemberAssignmentKey._WRITERS = {8: _write_consumer_group_current_member_assignment_key_v8}

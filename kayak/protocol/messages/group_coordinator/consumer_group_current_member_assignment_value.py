@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_fixed_array,
     read_uuid,
     skip_tagged_fields,
@@ -63,12 +62,12 @@ def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:
 def _read_topic_partitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitions.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitions(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitions(topic_id, partitions), pos
 
 
 def _write_consumer_group_current_member_assignment_value_v0(out: bytearray, o: ConsumerGroupCurrentMemberAssignmentValue) -> None:
@@ -86,7 +85,7 @@ def _read_consumer_group_current_member_assignment_value_v0(buf: Buffer, pos: in
     member_epoch, previous_member_epoch, state = _F_iib.unpack_from(buf, pos)
     pos += 9
     assigned_partitions: list[TopicPartitions]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions')
     assigned_partitions = []
@@ -94,15 +93,18 @@ def _read_consumer_group_current_member_assignment_value_v0(buf: Buffer, pos: in
         assigned_partitions_item, pos = _read_topic_partitions_v0(buf, pos)
         assigned_partitions.append(assigned_partitions_item)
     partitions_pending_revocation: list[TopicPartitions]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation')
     partitions_pending_revocation = []
     for _ in range(n):
         partitions_pending_revocation_item, pos = _read_topic_partitions_v0(buf, pos)
         partitions_pending_revocation.append(partitions_pending_revocation_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupCurrentMemberAssignmentValue(member_epoch=member_epoch, previous_member_epoch=previous_member_epoch, state=state, assigned_partitions=assigned_partitions, partitions_pending_revocation=partitions_pending_revocation), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous_member_epoch, state, assigned_partitions, partitions_pending_revocation), pos
 
 
 ConsumerGroupCurrentMemberAssignmentValue._WRITERS = {0: _write_consumer_group_current_member_assignment_value_v0}

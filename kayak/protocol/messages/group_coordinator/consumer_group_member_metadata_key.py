@@ -44,7 +44,7 @@ def _write_consumer_group_member_metadata_key_v5(out: bytearray, o: ConsumerGrou
 def _read_consumer_group_member_metadata_key_v5(buf: Buffer, pos: int) -> tuple[ConsumerGroupMemberMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), pos
+    return ConsumerGroupMemberMetadataKey(group_id, member_id), pos
 
 
 ConsumerGroupMemberMetadataKey._WRITERS = {5: _write_consumer_group_member_metadata_key_v5}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
@@ -80,8 +80,11 @@ def _write_classic_protocol_v0(out: bytearray, o: ClassicProtocol) -> None:
 def _read_classic_protocol_v0(buf: Buffer, pos: int) -> tuple[ClassicProtocol, int]:
     name, pos = read_compact_string(buf, pos)
     metadata, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return ClassicProtocol(name=name, metadata=metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ClassicProtocol(name, metadata), pos
 
 
 def _write_classic_member_metadata_v0(out: bytearray, o: ClassicMemberMetadata) -> None:
@@ -96,15 +99,18 @@ def _read_classic_member_metadata_v0(buf: Buffer, pos: int) -> tuple[ClassicMemb
     session_timeout_ms, = _F_i.unpack_from(buf, pos)
     pos += 4
     supported_protocols: list[ClassicProtocol]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ClassicMemberMetadata.supported_protocols')
     supported_protocols = []
     for _ in range(n):
         supported_protocols_item, pos = _read_classic_protocol_v0(buf, pos)
         supported_protocols.append(supported_protocols_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ClassicMemberMetadata(session_timeout_ms=session_timeout_ms, supported_protocols=supported_protocols), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ClassicMemberMetadata(session_timeout_ms, supported_protocols), pos
 
 
 def _write_consumer_group_member_metadata_value_v0(out: bytearray, o: ConsumerGroupMemberMetadataValue) -> None:
@@ -138,7 +144,7 @@ def _read_consumer_group_member_metadata_value_v0(buf: Buffer, pos: int) -> tupl
     client_id, pos = read_compact_string(buf, pos)
     client_host, pos = read_compact_string(buf, pos)
     subscribed_topic_names: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupMemberMetadataValue.subscribed_topic_names')
     subscribed_topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
@@ -157,7 +163,7 @@ def _read_consumer_group_member_metadata_value_v0(buf: Buffer, pos: int) -> tupl
             else:
                 classic_member_metadata, start = _read_classic_member_metadata_v0(buf, start)
         pos = end
-    return ConsumerGroupMemberMetadataValue(instance_id=instance_id, rack_id=rack_id, client_id=client_id, client_host=client_host, subscribed_topic_names=subscribed_topic_names, subscribed_topic_regex=subscribed_topic_regex, rebalance_timeout_ms=rebalance_timeout_ms, server_assignor=server_assignor, classic_member_metadata=classic_member_metadata), pos
+    return ConsumerGroupMemberMetadataValue(instance_id, rack_id, client_id, client_host, subscribed_topic_names, subscribed_topic_regex, rebalance_timeout_ms, server_assignor, classic_member_metadata), pos
 
 
 ConsumerGroupMemberMetadataValue._WRITERS = {0: _write_consumer_group_member_metadata_value_v0}

@@ -41,7 +41,7 @@ def _write_consumer_group_metadata_key_v3(out: bytearray, o: ConsumerGroupMetada
 
 def _read_consumer_group_metadata_key_v3(buf: Buffer, pos: int) -> tuple[ConsumerGroupMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ConsumerGroupMetadataKey(group_id=group_id), pos
+    return ConsumerGroupMetadataKey(group_id), pos
 
 
 ConsumerGroupMetadataKey._WRITERS = {3: _write_consumer_group_metadata_key_v3}

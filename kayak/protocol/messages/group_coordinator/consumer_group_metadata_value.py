@@ -45,8 +45,11 @@ def _write_consumer_group_metadata_value_v0(out: bytearray, o: ConsumerGroupMeta
 def _read_consumer_group_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ConsumerGroupMetadataValue, int]:
     epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupMetadataValue(epoch=epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupMetadataValue(epoch), pos
 
 
 ConsumerGroupMetadataValue._WRITERS = {0: _write_consumer_group_metadata_value_v0}

@@ -41,7 +41,7 @@ def _write_consumer_group_partition_metadata_key_v4(out: bytearray, o: ConsumerG
 
 def _read_consumer_group_partition_metadata_key_v4(buf: Buffer, pos: int) -> tuple[ConsumerGroupPartitionMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ConsumerGroupPartitionMetadataKey(group_id=group_id), pos
+    return ConsumerGroupPartitionMetadataKey(group_id), pos
 
 
 ConsumerGroupPartitionMetadataKey._WRITERS = {4: _write_consumer_group_partition_metadata_key_v4}

@@ -15,7 +15,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_primitive_array,
     read_uuid,
@@ -70,12 +70,15 @@ def _read_partition_metadata_v0(buf: Buffer, pos: int) -> tuple[PartitionMetadat
     partition, = _F_i.unpack_from(buf, pos)
     pos += 4
     racks: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array PartitionMetadata.racks')
     racks, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return PartitionMetadata(partition=partition, racks=racks), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return PartitionMetadata(partition, racks), pos
 
 
 def _write_topic_metadata_v0(out: bytearray, o: TopicMetadata) -> None:
@@ -94,15 +97,18 @@ def _read_topic_metadata_v0(buf: Buffer, pos: int) -> tuple[TopicMetadata, int]:
     num_partitions, = _F_i.unpack_from(buf, pos)
     pos += 4
     partition_metadata: list[PartitionMetadata]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array TopicMetadata.partition_metadata')
     partition_metadata = []
     for _ in range(n):
         partition_metadata_item, pos = _read_partition_metadata_v0(buf, pos)
         partition_metadata.append(partition_metadata_item)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicMetadata(topic_id=topic_id, topic_name=topic_name, num_partitions=num_partitions, partition_metadata=partition_metadata), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicMetadata(topic_id, topic_name, num_partitions, partition_metadata), pos
 
 
 def _write_consumer_group_partition_metadata_value_v0(out: bytearray, o: ConsumerGroupPartitionMetadataValue) -> None:
@@ -114,15 +120,18 @@ def _write_consumer_group_partition_metadata_value_v0(out: bytearray, o: Consume
 
 def _read_consumer_group_partition_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ConsumerGroupPartitionMetadataValue, int]:
     topics: list[TopicMetadata]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupPartitionMetadataValue.topics')
     topics = []
     for _ in range(n):
         topics_item, pos = _read_topic_metadata_v0(buf, pos)
         topics.append(topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupPartitionMetadataValue(topics=topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupPartitionMetadataValue(topics), pos
 
 
 ConsumerGroupPartitionMetadataValue._WRITERS = {0: _write_consumer_group_partition_metadata_value_v0}

@@ -44,7 +44,7 @@ def _write_consumer_group_target_assignment_member_key_v7(out: bytearray, o: Con
 def _read_consumer_group_target_assignment_member_key_v7(buf: Buffer, pos: int) -> tuple[ConsumerGroupTargetAssignmentMemberKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), pos
+    return ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), pos
 
 
 ConsumerGroupTargetAssignmentMemberKey._WRITERS = {7: _write_consumer_group_target_assignment_member_key_v7}

@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_fixed_array,
     read_uuid,
     skip_tagged_fields,
@@ -56,12 +55,12 @@ def _write_topic_partition_v0(out: bytearray, o: TopicPartition) -> None:
 def _read_topic_partition_v0(buf: Buffer, pos: int) -> tuple[TopicPartition, int]:
     topic_id, pos = read_uuid(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartition.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartition(topic_id=topic_id, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartition(topic_id, partitions), pos
 
 
 def _write_consumer_group_target_assignment_member_value_v0(out: bytearray, o: ConsumerGroupTargetAssignmentMemberValue) -> None:
@@ -73,15 +72,18 @@ def _write_consumer_group_target_assignment_member_value_v0(out: bytearray, o: C
 
 def _read_consumer_group_target_assignment_member_value_v0(buf: Buffer, pos: int) -> tuple[ConsumerGroupTargetAssignmentMemberValue, int]:
     topic_partitions: list[TopicPartition]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ConsumerGroupTargetAssignmentMemberValue.topic_partitions')
     topic_partitions = []
     for _ in range(n):
         topic_partitions_item, pos = _read_topic_partition_v0(buf, pos)
         topic_partitions.append(topic_partitions_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupTargetAssignmentMemberValue(topic_partitions=topic_partitions), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupTargetAssignmentMemberValue(topic_partitions), pos
 
 
 ConsumerGroupTargetAssignmentMemberValue._WRITERS = {0: _write_consumer_group_target_assignment_member_value_v0}

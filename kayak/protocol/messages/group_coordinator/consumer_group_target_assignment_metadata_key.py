@@ -41,7 +41,7 @@ def _write_consumer_group_target_assignment_metadata_key_v6(out: bytearray, o: C
 
 def _read_consumer_group_target_assignment_metadata_key_v6(buf: Buffer, pos: int) -> tuple[ConsumerGroupTargetAssignmentMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), pos
+    return ConsumerGroupTargetAssignmentMetadataKey(group_id), pos
 
 
 ConsumerGroupTargetAssignmentMetadataKey._WRITERS = {6: _write_consumer_group_target_assignment_metadata_key_v6}

@@ -45,8 +45,11 @@ def _write_consumer_group_target_assignment_metadata_value_v0(out: bytearray, o:
 def _read_consumer_group_target_assignment_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ConsumerGroupTargetAssignmentMetadataValue, int]:
     assignment_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch), pos
 
 
 ConsumerGroupTargetAssignmentMetadataValue._WRITERS = {0: _write_consumer_group_target_assignment_metadata_value_v0}

@@ -41,7 +41,7 @@ def _write_group_metadata_key_v2(out: bytearray, o: GroupMetadataKey) -> None:
 
 def _read_group_metadata_key_v2(buf: Buffer, pos: int) -> tuple[GroupMetadataKey, int]:
     group, pos = read_string(buf, pos)
-    return GroupMetadataKey(group=group), pos
+    return GroupMetadataKey(group), pos
 
 
 GroupMetadataKey._WRITERS = {2: _write_group_metadata_key_v2}

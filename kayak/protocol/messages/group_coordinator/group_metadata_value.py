@@ -14,11 +14,12 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
     read_bytes,
+    read_compact_array_length,
     read_compact_bytes,
     read_compact_nullable_string,
     read_compact_string,
+    read_int32_array_length,
     read_nullable_string,
     read_string,
     skip_tagged_fields,
@@ -87,7 +88,7 @@ def _read_member_metadata_v0(buf: Buffer, pos: int) -> tuple[MemberMetadata, int
     pos += 4
     subscription, pos = read_bytes(buf, pos)
     assignment, pos = read_bytes(buf, pos)
-    return MemberMetadata(member_id=member_id, client_id=client_id, client_host=client_host, session_timeout=session_timeout, subscription=subscription, assignment=assignment), pos
+    return MemberMetadata(member_id, None, client_id, client_host, -1, session_timeout, subscription, assignment), pos
 
 
 def _write_group_metadata_value_v0(out: bytearray, o: GroupMetadataValue) -> None:
@@ -107,14 +108,14 @@ def _read_group_metadata_value_v0(buf: Buffer, pos: int) -> tuple[GroupMetadataV
     protocol, pos = read_nullable_string(buf, pos)
     leader, pos = read_nullable_string(buf, pos)
     members: list[MemberMetadata]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GroupMetadataValue.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_metadata_v0(buf, pos)
         members.append(members_item)
-    return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, members=members), pos
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, -1, members), pos
 
 
 def _write_member_metadata_v1(out: bytearray, o: MemberMetadata) -> None:
@@ -134,7 +135,7 @@ def _read_member_metadata_v1(buf: Buffer, pos: int) -> tuple[MemberMetadata, int
     pos += 8
     subscription, pos = read_bytes(buf, pos)
     assignment, pos = read_bytes(buf, pos)
-    return MemberMetadata(member_id=member_id, client_id=client_id, client_host=client_host, rebalance_timeout=rebalance_timeout, session_timeout=session_timeout, subscription=subscription, assignment=assignment), pos
+    return MemberMetadata(member_id, None, client_id, client_host, rebalance_timeout, session_timeout, subscription, assignment), pos
 
 
 def _write_group_metadata_value_v1(out: bytearray, o: GroupMetadataValue) -> None:
@@ -154,14 +155,14 @@ def _read_group_metadata_value_v1(buf: Buffer, pos: int) -> tuple[GroupMetadataV
     protocol, pos = read_nullable_string(buf, pos)
     leader, pos = read_nullable_string(buf, pos)
     members: list[MemberMetadata]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GroupMetadataValue.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_metadata_v1(buf, pos)
         members.append(members_item)
-    return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, members=members), pos
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, -1, members), pos
 
 
 def _write_group_metadata_value_v2(out: bytearray, o: GroupMetadataValue) -> None:
@@ -184,14 +185,14 @@ def _read_group_metadata_value_v2(buf: Buffer, pos: int) -> tuple[GroupMetadataV
     current_state_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
     members: list[MemberMetadata]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GroupMetadataValue.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_metadata_v1(buf, pos)
         members.append(members_item)
-    return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members), pos
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp, members), pos
 
 
 def _write_member_metadata_v3(out: bytearray, o: MemberMetadata) -> None:
@@ -213,7 +214,7 @@ def _read_member_metadata_v3(buf: Buffer, pos: int) -> tuple[MemberMetadata, int
     pos += 8
     subscription, pos = read_bytes(buf, pos)
     assignment, pos = read_bytes(buf, pos)
-    return MemberMetadata(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host, rebalance_timeout=rebalance_timeout, session_timeout=session_timeout, subscription=subscription, assignment=assignment), pos
+    return MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout, session_timeout, subscription, assignment), pos
 
 
 def _write_group_metadata_value_v3(out: bytearray, o: GroupMetadataValue) -> None:
@@ -236,14 +237,14 @@ def _read_group_metadata_value_v3(buf: Buffer, pos: int) -> tuple[GroupMetadataV
     current_state_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
     members: list[MemberMetadata]
-    n, pos = read_array_length(buf, pos, False)
+    n, pos = read_int32_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GroupMetadataValue.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_metadata_v3(buf, pos)
         members.append(members_item)
-    return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members), pos
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp, members), pos
 
 
 def _write_member_metadata_v4(out: bytearray, o: MemberMetadata) -> None:
@@ -266,8 +267,11 @@ def _read_member_metadata_v4(buf: Buffer, pos: int) -> tuple[MemberMetadata, int
     pos += 8
     subscription, pos = read_compact_bytes(buf, pos)
     assignment, pos = read_compact_bytes(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return MemberMetadata(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id, client_host=client_host, rebalance_timeout=rebalance_timeout, session_timeout=session_timeout, subscription=subscription, assignment=assignment), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout, session_timeout, subscription, assignment), pos
 
 
 def _write_group_metadata_value_v4(out: bytearray, o: GroupMetadataValue) -> None:
@@ -291,15 +295,18 @@ def _read_group_metadata_value_v4(buf: Buffer, pos: int) -> tuple[GroupMetadataV
     current_state_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
     members: list[MemberMetadata]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array GroupMetadataValue.members')
     members = []
     for _ in range(n):
         members_item, pos = _read_member_metadata_v4(buf, pos)
         members.append(members_item)
-    pos = skip_tagged_fields(buf, pos)
-    return GroupMetadataValue(protocol_type=protocol_type, generation=generation, protocol=protocol, leader=leader, current_state_timestamp=current_state_timestamp, members=members), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_timestamp, members), pos
 
 
 GroupMetadataValue._WRITERS = {0: _write_group_metadata_value_v0, 1: _write_group_metadata_value_v1, 2: _write_group_metadata_value_v2, 3: _write_group_metadata_value_v3, 4: _write_group_metadata_value_v4}

@@ -51,7 +51,7 @@ def _read_offset_commit_key_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitKey, 
     topic, pos = read_string(buf, pos)
     partition, = _F_i.unpack_from(buf, pos)
     pos += 4
-    return OffsetCommitKey(group=group, topic=topic, partition=partition), pos
+    return OffsetCommitKey(group, topic, partition), pos
 
 
 OffsetCommitKey._WRITERS = {0: _write_offset_commit_key_v0, 1: _write_offset_commit_key_v0}

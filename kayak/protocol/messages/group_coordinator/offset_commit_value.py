@@ -59,7 +59,7 @@ def _read_offset_commit_value_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitVal
     metadata, pos = read_string(buf, pos)
     commit_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return OffsetCommitValue(offset=offset, metadata=metadata, commit_timestamp=commit_timestamp), pos
+    return OffsetCommitValue(offset, -1, metadata, commit_timestamp, -1), pos
 
 
 def _write_offset_commit_value_v1(out: bytearray, o: OffsetCommitValue) -> None:
@@ -74,7 +74,7 @@ def _read_offset_commit_value_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitVal
     metadata, pos = read_string(buf, pos)
     commit_timestamp, expire_timestamp = _F_qq.unpack_from(buf, pos)
     pos += 16
-    return OffsetCommitValue(offset=offset, metadata=metadata, commit_timestamp=commit_timestamp, expire_timestamp=expire_timestamp), pos
+    return OffsetCommitValue(offset, -1, metadata, commit_timestamp, expire_timestamp), pos
 
 
 def _write_offset_commit_value_v3(out: bytearray, o: OffsetCommitValue) -> None:
@@ -89,7 +89,7 @@ def _read_offset_commit_value_v3(buf: Buffer, pos: int) -> tuple[OffsetCommitVal
     metadata, pos = read_string(buf, pos)
     commit_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
-    return OffsetCommitValue(offset=offset, leader_epoch=leader_epoch, metadata=metadata, commit_timestamp=commit_timestamp), pos
+    return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, -1), pos
 
 
 def _write_offset_commit_value_v4(out: bytearray, o: OffsetCommitValue) -> None:
@@ -105,8 +105,11 @@ def _read_offset_commit_value_v4(buf: Buffer, pos: int) -> tuple[OffsetCommitVal
     metadata, pos = read_compact_string(buf, pos)
     commit_timestamp, = _F_q.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tagged_fields(buf, pos)
-    return OffsetCommitValue(offset=offset, leader_epoch=leader_epoch, metadata=metadata, commit_timestamp=commit_timestamp), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, -1), pos
 
 
 OffsetCommitValue._WRITERS = {0: _write_offset_commit_value_v0, 1: _write_offset_commit_value_v1, 2: _write_offset_commit_value_v0, 3: _write_offset_commit_value_v3, 4: _write_offset_commit_value_v4}

@@ -44,7 +44,7 @@ def _write_share_group_current_member_assignment_key_v14(out: bytearray, o: Shar
 def _read_share_group_current_member_assignment_key_v14(buf: Buffer, pos: int) -> tuple[ShareGroupCurrentMemberAssignmentKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ShareGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), pos
+    return ShareGroupCurrentMemberAssignmentKey(group_id, member_id), pos
 
 
 ShareGroupCurrentMemberAssignmentKey._WRITERS = {14: _write_share_group_current_member_assignment_key_v14}

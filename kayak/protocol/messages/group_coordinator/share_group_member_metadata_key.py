@@ -44,7 +44,7 @@ def _write_share_group_member_metadata_key_v10(out: bytearray, o: ShareGroupMemb
 def _read_share_group_member_metadata_key_v10(buf: Buffer, pos: int) -> tuple[ShareGroupMemberMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ShareGroupMemberMetadataKey(group_id=group_id, member_id=member_id), pos
+    return ShareGroupMemberMetadataKey(group_id, member_id), pos
 
 
 ShareGroupMemberMetadataKey._WRITERS = {10: _write_share_group_member_metadata_key_v10}

@@ -14,7 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    read_array_length,
+    read_compact_array_length,
     read_compact_nullable_string,
     read_compact_string,
     read_primitive_array,
@@ -59,12 +59,15 @@ def _read_share_group_member_metadata_value_v0(buf: Buffer, pos: int) -> tuple[S
     client_id, pos = read_compact_string(buf, pos)
     client_host, pos = read_compact_string(buf, pos)
     subscribed_topic_names: list[str]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareGroupMemberMetadataValue.subscribed_topic_names')
     subscribed_topic_names, pos = read_primitive_array(buf, pos, n, read_compact_string)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareGroupMemberMetadataValue(rack_id=rack_id, client_id=client_id, client_host=client_host, subscribed_topic_names=subscribed_topic_names), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareGroupMemberMetadataValue(rack_id, client_id, client_host, subscribed_topic_names), pos
 
 
 ShareGroupMemberMetadataValue._WRITERS = {0: _write_share_group_member_metadata_value_v0}

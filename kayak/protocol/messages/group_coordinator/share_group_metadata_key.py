@@ -41,7 +41,7 @@ def _write_share_group_metadata_key_v11(out: bytearray, o: ShareGroupMetadataKey
 
 def _read_share_group_metadata_key_v11(buf: Buffer, pos: int) -> tuple[ShareGroupMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ShareGroupMetadataKey(group_id=group_id), pos
+    return ShareGroupMetadataKey(group_id), pos
 
 
 ShareGroupMetadataKey._WRITERS = {11: _write_share_group_metadata_key_v11}

@@ -45,8 +45,11 @@ def _write_share_group_metadata_value_v0(out: bytearray, o: ShareGroupMetadataVa
 def _read_share_group_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ShareGroupMetadataValue, int]:
     epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ShareGroupMetadataValue(epoch=epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareGroupMetadataValue(epoch), pos
 
 
 ShareGroupMetadataValue._WRITERS = {0: _write_share_group_metadata_value_v0}

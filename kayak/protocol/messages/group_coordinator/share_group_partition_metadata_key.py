@@ -41,7 +41,7 @@ def _write_share_group_partition_metadata_key_v9(out: bytearray, o: ShareGroupPa
 
 def _read_share_group_partition_metadata_key_v9(buf: Buffer, pos: int) -> tuple[ShareGroupPartitionMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ShareGroupPartitionMetadataKey(group_id=group_id), pos
+    return ShareGroupPartitionMetadataKey(group_id), pos
 
 
 ShareGroupPartitionMetadataKey._WRITERS = {9: _write_share_group_partition_metadata_key_v9}

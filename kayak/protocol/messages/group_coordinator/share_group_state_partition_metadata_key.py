@@ -41,7 +41,7 @@ def _write_share_group_state_partition_metadata_key_v15(out: bytearray, o: Share
 
 def _read_share_group_state_partition_metadata_key_v15(buf: Buffer, pos: int) -> tuple[ShareGroupStatePartitionMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ShareGroupStatePartitionMetadataKey(group_id=group_id), pos
+    return ShareGroupStatePartitionMetadataKey(group_id), pos
 
 
 ShareGroupStatePartitionMetadataKey._WRITERS = {15: _write_share_group_state_partition_metadata_key_v15}

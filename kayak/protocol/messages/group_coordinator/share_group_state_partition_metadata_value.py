@@ -14,9 +14,8 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
-    INT32,
     ZERO_UUID,
-    read_array_length,
+    read_compact_array_length,
     read_compact_string,
     read_fixed_array,
     read_uuid,
@@ -68,12 +67,12 @@ def _read_topic_partitions_info_v0(buf: Buffer, pos: int) -> tuple[TopicPartitio
     topic_id, pos = read_uuid(buf, pos)
     topic_name, pos = read_compact_string(buf, pos)
     partitions: list[int]
-    n, pos = read_array_length(buf, pos, True)
-    if n < 0:
-        raise MalformedMessageError('null array TopicPartitionsInfo.partitions')
-    partitions, pos = read_fixed_array(buf, pos, n, INT32)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicPartitionsInfo(topic_id=topic_id, topic_name=topic_name, partitions=partitions), pos
+    partitions, pos = read_fixed_array(buf, pos, True, 'i', 4)
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicPartitionsInfo(topic_id, topic_name, partitions), pos
 
 
 def _write_topic_info_v0(out: bytearray, o: TopicInfo) -> None:
@@ -85,8 +84,11 @@ def _write_topic_info_v0(out: bytearray, o: TopicInfo) -> None:
 def _read_topic_info_v0(buf: Buffer, pos: int) -> tuple[TopicInfo, int]:
     topic_id, pos = read_uuid(buf, pos)
     topic_name, pos = read_compact_string(buf, pos)
-    pos = skip_tagged_fields(buf, pos)
-    return TopicInfo(topic_id=topic_id, topic_name=topic_name), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return TopicInfo(topic_id, topic_name), pos
 
 
 def _write_share_group_state_partition_metadata_value_v0(out: bytearray, o: ShareGroupStatePartitionMetadataValue) -> None:
@@ -101,7 +103,7 @@ def _write_share_group_state_partition_metadata_value_v0(out: bytearray, o: Shar
 
 def _read_share_group_state_partition_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ShareGroupStatePartitionMetadataValue, int]:
     initialized_topics: list[TopicPartitionsInfo]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareGroupStatePartitionMetadataValue.initialized_topics')
     initialized_topics = []
@@ -109,15 +111,18 @@ def _read_share_group_state_partition_metadata_value_v0(buf: Buffer, pos: int) -
         initialized_topics_item, pos = _read_topic_partitions_info_v0(buf, pos)
         initialized_topics.append(initialized_topics_item)
     deleting_topics: list[TopicInfo]
-    n, pos = read_array_length(buf, pos, True)
+    n, pos = read_compact_array_length(buf, pos)
     if n < 0:
         raise MalformedMessageError('null array ShareGroupStatePartitionMetadataValue.deleting_topics')
     deleting_topics = []
     for _ in range(n):
         deleting_topics_item, pos = _read_topic_info_v0(buf, pos)
         deleting_topics.append(deleting_topics_item)
-    pos = skip_tagged_fields(buf, pos)
-    return ShareGroupStatePartitionMetadataValue(initialized_topics=initialized_topics, deleting_topics=deleting_topics), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareGroupStatePartitionMetadataValue(initialized_topics, deleting_topics), pos
 
 
 ShareGroupStatePartitionMetadataValue._WRITERS = {0: _write_share_group_state_partition_metadata_value_v0}

@@ -44,7 +44,7 @@ def _write_share_group_target_assignment_member_key_v13(out: bytearray, o: Share
 def _read_share_group_target_assignment_member_key_v13(buf: Buffer, pos: int) -> tuple[ShareGroupTargetAssignmentMemberKey, int]:
     group_id, pos = read_string(buf, pos)
     member_id, pos = read_string(buf, pos)
-    return ShareGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), pos
+    return ShareGroupTargetAssignmentMemberKey(group_id, member_id), pos
 
 
 ShareGroupTargetAssignmentMemberKey._WRITERS = {13: _write_share_group_target_assignment_member_key_v13}

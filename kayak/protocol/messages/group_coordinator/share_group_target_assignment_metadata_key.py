@@ -41,7 +41,7 @@ def _write_share_group_target_assignment_metadata_key_v12(out: bytearray, o: Sha
 
 def _read_share_group_target_assignment_metadata_key_v12(buf: Buffer, pos: int) -> tuple[ShareGroupTargetAssignmentMetadataKey, int]:
     group_id, pos = read_string(buf, pos)
-    return ShareGroupTargetAssignmentMetadataKey(group_id=group_id), pos
+    return ShareGroupTargetAssignmentMetadataKey(group_id), pos
 
 
 ShareGroupTargetAssignmentMetadataKey._WRITERS = {12: _write_share_group_target_assignment_metadata_key_v12}

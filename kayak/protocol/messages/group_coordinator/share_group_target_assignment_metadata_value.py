@@ -45,8 +45,11 @@ def _write_share_group_target_assignment_metadata_value_v0(out: bytearray, o: Sh
 def _read_share_group_target_assignment_metadata_value_v0(buf: Buffer, pos: int) -> tuple[ShareGroupTargetAssignmentMetadataValue, int]:
     assignment_epoch, = _F_i.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tagged_fields(buf, pos)
-    return ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch), pos
+    if buf[pos]:
+        pos = skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return ShareGroupTargetAssignmentMetadataValue(assignment_epoch), pos
 
 
 ShareGroupTargetAssignmentMetadataValue._WRITERS = {0: _write_share_group_target_assignment_metadata_value_v0}
