@@ -1,0 +1,75 @@
+"""Group commit: appends waiting together share fdatasync rounds; modes behave as named."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from kayak.broker.log import FlushMode, GroupCommit, LogConfig, PartitionLog
+from kayak.protocol.records import build_record_batch
+
+
+def logs(tmp_path: Path, n: int) -> list[PartitionLog]:
+    return [PartitionLog.open(tmp_path / f"t-{i}", LogConfig()) for i in range(n)]
+
+
+async def produce(commit: GroupCommit, plog: PartitionLog, value: bytes) -> None:
+    plog.append(build_record_batch([value]))
+    await commit.sync(plog)
+
+
+@pytest.mark.timeout(30)
+def test_concurrent_appends_share_syncs(tmp_path: Path) -> None:
+    plogs = logs(tmp_path, 4)
+
+    async def main() -> GroupCommit:
+        commit = GroupCommit(FlushMode.GROUP)
+        await asyncio.gather(*(produce(commit, plogs[i % 4], b"%d" % i) for i in range(200)))
+        return commit
+
+    commit = asyncio.run(main())
+    # 200 waiting appends over 4 logs: the first round goes alone, the rest ride along.
+    assert 1 <= commit.syncs <= 10
+    assert all(not p.take_unflushed() for p in plogs), "something was acknowledged unflushed"
+    assert sum(p.log_end_offset for p in plogs) == 200
+    commit.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_append_after_a_round_started_waits_for_the_next_round(tmp_path: Path) -> None:
+    (plog,) = logs(tmp_path, 1)
+
+    async def main() -> list[int]:
+        commit = GroupCommit(FlushMode.GROUP)
+        seen: list[int] = []
+
+        async def late() -> None:
+            await asyncio.sleep(0)  # the first round has started by now
+            plog.append(build_record_batch([b"late"]))
+            await commit.sync(plog)
+            seen.append(commit.syncs)
+
+        await asyncio.gather(produce(commit, plog, b"first"), late())
+        commit.close()
+        return seen
+
+    assert asyncio.run(main()) == [2]
+    assert not plog.take_unflushed()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("mode", "expected"), [(FlushMode.ALWAYS, 50), (FlushMode.NEVER, 0)])
+def test_always_syncs_per_request_and_never_not_at_all(
+    tmp_path: Path, mode: FlushMode, expected: int
+) -> None:
+    (plog,) = logs(tmp_path, 1)
+
+    async def main() -> int:
+        commit = GroupCommit(mode)
+        await asyncio.gather(*(produce(commit, plog, b"x") for _ in range(50)))
+        commit.close()
+        return commit.syncs
+
+    assert asyncio.run(main()) == expected
