@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SPECS  ?= ../shared/kafka-message-specs
 
-.PHONY: demo test lint typecheck pytest generate bench clean
+.PHONY: demo test lint typecheck pytest generate bench clean system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,15 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.core-installed
 	$(BIN)/kayak demo
 
-test: $(VENV)/.dev-installed lint typecheck pytest
+test: $(VENV)/.dev-installed system-deps lint typecheck pytest
+
+# Third-party tools the tests drive as real peers, from Debian's packages.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+		echo "installing kcat (Debian package) for the interop tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat >/dev/null; }
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check kayak tools tests bench
@@ -32,7 +40,7 @@ typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing; that must fail the build, never pass it.
-pytest: $(VENV)/.dev-installed
+pytest: $(VENV)/.dev-installed system-deps
 	@$(BIN)/pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

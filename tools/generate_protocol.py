@@ -50,7 +50,7 @@ PY_TYPES = {
     "bool": "bool",
     "string": "str",
     "bytes": "bytes",
-    "records": "Buffer",
+    "records": "Records",
     "uuid": "uuid.UUID",
 }
 # Names the Message base uses; a spec field of the same name gets a trailing underscore.
@@ -336,10 +336,13 @@ class ModuleWriter:
         t = lay.type
         if t in FIXED_FORMATS:
             return [f"{out} += {self.use(self.fixed_struct(t))}.pack({value})"]
-        if t in ("string", "bytes", "records"):
-            base = "bytes" if t == "records" else t
+        if t == "records":
             prefix = "compact_" if lay.compact else ""
-            nullable = "nullable_" if lay.nullable or t == "records" else ""
+            return [f"{self.use(f'write_{prefix}records')}({out}, {value})"]
+        if t in ("string", "bytes"):
+            base = t
+            prefix = "compact_" if lay.compact else ""
+            nullable = "nullable_" if lay.nullable else ""
             return [f"{self.use(f'write_{prefix}{nullable}{base}')}({out}, {value})"]
         if t == "uuid":
             return [f"{out} += {value}.bytes"]
@@ -600,6 +603,7 @@ class ModuleWriter:
             "from kayak.protocol.message import Message",
             "from kayak.protocol.primitives import (",
             "    Buffer,",
+            "    Records,",
         ]
         imports += [f"    {n}," for n in names]
         imports.append(")")
@@ -647,7 +651,8 @@ def render_index(specs: list[MessageSpec]) -> str:
         "if TYPE_CHECKING:",
     ]
     for spec in sorted(specs, key=lambda s: s.module):
-        lines.append(f"    from kayak.protocol.messages.{spec.module} import {spec.name}")
+        module = f"kayak.protocol.messages.{spec.module}"
+        lines.append(f"    from {module} import {spec.name} as {spec.name}")
     lines += ["", "", "class ApiKey(IntEnum):", '    """Kafka API keys."""', ""]
     for key in sorted(apis):
         name = apis[key]["request"].name.removesuffix("Request")

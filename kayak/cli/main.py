@@ -7,6 +7,8 @@ import logging
 import click
 
 from kayak import __version__
+from kayak.cli.broker import broker
+from kayak.cli.demo import demo
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,7 +20,8 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-
+cli.add_command(broker)
+cli.add_command(demo)
 
 
 def main() -> None:

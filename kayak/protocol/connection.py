@@ -16,7 +16,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.messages import API_MESSAGES, ApiKey, request_class, response_class
 from kayak.protocol.messages.request_header import RequestHeader
 from kayak.protocol.messages.response_header import ResponseHeader
-from kayak.protocol.primitives import INT16, INT32, Buffer
+from kayak.protocol.primitives import INT16, INT32, Buffer, SplicedBuffer
 
 _UNSUPPORTED_VERSION = 35
 
@@ -51,16 +51,20 @@ class ClientConnection:
         (Produce with acks=0), so the tracker does not wait for it.
         """
         api_key = request.API_KEY
-        correlation_id = self._tracker.register(api_key, version, expect_response)
         header = RequestHeader(
             request_api_key=api_key,
             request_api_version=version,
-            correlation_id=correlation_id,
+            correlation_id=0,
             client_id=self.client_id,
         )
         out = bytearray(4)
         header.write(out, request_header_version(api_key, version))
         request.write(out, version)
+        # Register only once encoding succeeded: a request that raised was never sent, and a
+        # phantom in the tracker would make the next response look out of order. Every header
+        # version starts api_key (2), api_version (2), correlation_id (4) after the size.
+        correlation_id = self._tracker.register(api_key, version, expect_response)
+        INT32.pack_into(out, 8, correlation_id)
         return correlation_id, _framed(out)
 
     def receive_data(self, data: Buffer) -> None:
@@ -82,7 +86,7 @@ class ClientConnection:
         if api_key == ApiKey.API_VERSIONS and self._answered_at_v0(frame, pos, version):
             version = 0
         response, _ = cls.read(frame, pos, version)
-        return ResponseReceived(correlation_id, api_key, pending.api_version, response)
+        return ResponseReceived(correlation_id, api_key, version, response)
 
     @staticmethod
     def _answered_at_v0(frame: bytes, pos: int, version: int) -> bool:
@@ -131,11 +135,16 @@ class ServerConnection:
 
     def send_response(
         self, correlation_id: int, api_key: int, api_version: int, response: Message
-    ) -> bytes:
-        """Encode ``response`` to the request ``correlation_id`` as a frame."""
-        out = bytearray(4)
+    ) -> SplicedBuffer:
+        """Encode ``response`` to the request ``correlation_id`` as a frame.
+
+        The result is a bytearray; if the response's records fields hold regions (file
+        slices), ``splices`` is non-empty and the frame must be sent as ``parts()``.
+        """
+        out = SplicedBuffer(4)
         ResponseHeader(correlation_id=correlation_id).write(
             out, response_header_version(api_key, api_version)
         )
         response.write(out, api_version)
-        return _framed(out)
+        INT32.pack_into(out, 0, out.total_size - 4)
+        return out

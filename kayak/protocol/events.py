@@ -43,7 +43,11 @@ class UnsupportedRequest:
 
 @dataclass(frozen=True, slots=True)
 class ResponseReceived:
-    """A whole response arrived and was paired with its request (client side)."""
+    """A whole response arrived and was paired with its request (client side).
+
+    ``api_version`` is the version the body was decoded at: the request's, except for an
+    ApiVersions request the broker answered at v0 because it did not know our version.
+    """
 
     correlation_id: int
     api_key: int

@@ -57,7 +57,8 @@ class FrameDecoder:
         if size is None or self.buffered < 4 + size:
             return None
         start = self._start + 4
-        frame = bytes(self._buf[start : start + size])
+        with memoryview(self._buf) as view:  # one copy, and the export ends before any resize
+            frame = bytes(view[start : start + size])
         self._start = start + size
         if self._start == len(self._buf):
             self._buf.clear()

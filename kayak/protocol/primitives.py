@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from kayak.errors import EncodeError, MalformedMessageError
 
@@ -259,6 +259,86 @@ def read_compact_nullable_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, in
 
 # Records are handed out as read-only views of the frame, never copied: the broker writes them
 # to disk and the consumer scans them in place.
+#
+# On the way out, a records field may also hold a *region*: anything with a length that the
+# transport will send itself (the broker's segment file slices, sent with sendfile). The encoder
+# writes the length prefix and leaves a splice point in a SplicedBuffer; this package never
+# reads the region's bytes.
+
+
+@runtime_checkable
+class RecordsRegion(Protocol):
+    """Record bytes held elsewhere (a file range), sent by the transport, not by the encoder.
+
+    ``read()`` is the fallback for transports that cannot send the region themselves; it
+    also keeps arbitrary sized objects (a str, a list) from passing for a region.
+    """
+
+    def __len__(self) -> int: ...
+
+    def read(self) -> bytes: ...
+
+
+Records = bytes | bytearray | memoryview | RecordsRegion
+
+
+class SplicedBuffer(bytearray):
+    """An output buffer that may also carry regions to be sent between its bytes.
+
+    ``parts()`` yields the encoding in order: memoryviews of this buffer's own bytes and the
+    regions spliced in at the places their length prefixes announced.
+    """
+
+    def __init__(self, initial: Buffer | int = b"") -> None:
+        super().__init__(initial)
+        self.splices: list[tuple[int, RecordsRegion]] = []
+
+    def splice(self, region: RecordsRegion) -> None:
+        self.splices.append((len(self), region))
+
+    @property
+    def total_size(self) -> int:
+        """Bytes on the wire: this buffer's plus every spliced region's."""
+        return len(self) + sum(len(region) for _, region in self.splices)
+
+    def parts(self) -> list[memoryview | RecordsRegion]:
+        view = memoryview(self)
+        out: list[memoryview | RecordsRegion] = []
+        start = 0
+        for at, region in self.splices:
+            if at > start:
+                out.append(view[start:at])
+            out.append(region)
+            start = at
+        if start < len(self):
+            out.append(view[start:])
+        return out
+
+
+def _write_region(out: bytearray, region: object) -> None:
+    if isinstance(out, SplicedBuffer) and isinstance(region, RecordsRegion):
+        out.splice(region)
+    else:
+        raise EncodeError(f"records of type {type(region).__name__} need a SplicedBuffer")
+
+
+def write_records(out: bytearray, value: Records | None) -> None:
+    """Records field (classic): nullable bytes, or a region spliced in by the transport."""
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        write_nullable_bytes(out, value)
+    else:
+        out += INT32.pack(len(value))
+        _write_region(out, value)
+
+
+def write_compact_records(out: bytearray, value: Records | None) -> None:
+    """Records field (flexible): compact nullable bytes, or a spliced region."""
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        write_compact_nullable_bytes(out, value)
+    else:
+        write_unsigned_varint(out, len(value) + 1)
+        _write_region(out, value)
+
 
 
 def read_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:

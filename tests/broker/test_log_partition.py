@@ -17,7 +17,9 @@ from kayak.errors import (
 )
 from kayak.protocol.records import (
     Codec,
+    ControlRecordType,
     TimestampType,
+    build_control_batch,
     build_record_batch,
     parse_batches,
     scan_batches,
@@ -83,6 +85,14 @@ def test_bad_batches_are_refused_and_nothing_is_stored(tmp_path: Path) -> None:
         plog.append(legacy)
     assert plog.size_in_bytes == size and plog.log_end_offset == 1
     assert read_values(plog, 0) == [(0, b"ok")]
+
+
+def test_control_batches_from_producers_are_refused(tmp_path: Path) -> None:
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    marker = build_control_batch(ControlRecordType.COMMIT, producer_id=7, producer_epoch=0)
+    with pytest.raises(InvalidRecordError, match="control"):
+        plog.append(marker)
+    assert plog.log_end_offset == 0 and plog.size_in_bytes == 0
 
 
 def test_max_message_bytes(tmp_path: Path) -> None:

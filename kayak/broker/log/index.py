@@ -9,8 +9,6 @@ whenever they disagree with it, so they are never fsynced on the produce path.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import os
 import struct
 from array import array
 from pathlib import Path
@@ -128,9 +126,3 @@ class TimeIndex:
 
     def close(self) -> None:
         self._file.close()
-
-
-def remove_quietly(path: Path) -> None:
-    """Delete ``path`` if it exists."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

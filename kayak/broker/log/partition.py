@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +16,17 @@ from pathlib import Path
 import crc32c
 
 from kayak.broker.log.config import LogConfig
+from kayak.broker.log.files import write_atomically
+from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
 from kayak.broker.log.segment import FileSlice, Segment
-from kayak.errors import OffsetOutOfRangeError, RecordTooLargeError
+from kayak.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS
 from kayak.protocol.records.scanner import BatchHeader, assign_offsets, scan_batches
 
 log = logging.getLogger(__name__)
 
 LOG_START_CHECKPOINT = "log-start-offset"
+PRODUCER_SNAPSHOT = "producer-state.snapshot"
 _TIMESTAMP_TYPE_BIT = 0x08
 # v2 header positions of the timestamps LogAppendTime rewrites (inside the CRC).
 _BASE_TIMESTAMP_AT = 27
@@ -39,6 +41,7 @@ class AppendResult:
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
+    duplicate: bool = False  # an idempotent retry: already stored, nothing written
 
 
 class PartitionLog:
@@ -46,9 +49,11 @@ class PartitionLog:
 
     def __init__(self, directory: Path, config: LogConfig) -> None:
         self.directory = directory
+        self.leader_epoch = 0  # a single node never changes leader
         self.config = config
         self.segments: list[Segment] = []
         self.log_start_offset = 0
+        self.producers = ProducerStateTable()
         self._unflushed: set[Segment] = set()
 
     # -- opening ------------------------------------------------------------------------
@@ -72,7 +77,23 @@ class PartitionLog:
         if not plog.segments:
             plog.segments.append(Segment(directory, 0, config.index_interval_bytes))
         plog.log_start_offset = max(plog._read_checkpoint(), plog.segments[0].base_offset)
+        plog._restore_producer_state()
         return plog
+
+    def _restore_producer_state(self) -> None:
+        """Load the last snapshot and replay what the log holds beyond it."""
+        path = self.directory / PRODUCER_SNAPSHOT
+        try:
+            table = ProducerStateTable.load(path)
+        except (FileNotFoundError, ProducerStateFileError):
+            table = ProducerStateTable()
+        if table.snapshot_offset > self.log_end_offset:
+            table = ProducerStateTable()  # a torn tail was cut after the snapshot was taken
+        for segment in self.segments:
+            if segment.next_offset > table.next_offset:
+                table.rebuild(segment.headers())
+        table.expire(int(time.time() * 1000))
+        self.producers = table
 
     def _load_segment(self, segment: Segment, active: bool, clean_shutdown: bool) -> None:
         if active and not clean_shutdown:
@@ -123,14 +144,24 @@ class PartitionLog:
         """
         buf = bytearray(records)
         base_offset = self.log_end_offset
-        next_offset = assign_offsets(buf, base_offset)
+        next_offset = assign_offsets(buf, base_offset, partition_leader_epoch=self.leader_epoch)
         headers = list(scan_batches(buf))
         for header in headers:
+            if header.is_control:
+                raise InvalidRecordError("control batches are written by the broker, not produced")
             if header.size > self.config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {header.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}"
                 )
+        # Idempotent producers: a retry of a stored batch gets its original offsets and
+        # nothing is written; a gap or a stale epoch raises before anything is written.
+        duplicate = next((d for d in self.producers.check_all(headers) if d is not None), None)
+        if duplicate is not None:
+            stamp = duplicate.max_timestamp if self.config.log_append_time else -1
+            return AppendResult(
+                duplicate.first_offset, duplicate.last_offset, stamp, self.log_start_offset, True
+            )
         append_time = -1
         if self.config.log_append_time:
             append_time = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -138,6 +169,8 @@ class PartitionLog:
         self._maybe_roll(len(buf))
         self.active.append(memoryview(buf), headers)
         self._unflushed.add(self.active)
+        for header in headers:
+            self.producers.update(header)
         return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
 
     def _maybe_roll(self, incoming: int) -> None:
@@ -153,6 +186,8 @@ class PartitionLog:
         """Start a new active segment at the log end offset."""
         segment = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
         self.segments.append(segment)
+        # A restart then replays producer state from the new segment on, not the whole log.
+        self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
         return segment
 
     def take_unflushed(self) -> list[Segment]:
@@ -228,9 +263,10 @@ class PartitionLog:
 
         The active segment is never deleted. Returns how many segments went.
         """
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        self.producers.expire(now)
         if not self.config.deletes:
             return 0
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
         deleted = 0
         while len(self.segments) > 1 and self._expired(self.segments[0], now):
             self._delete_oldest()
@@ -265,25 +301,11 @@ class PartitionLog:
         write_atomically(self.directory / LOG_START_CHECKPOINT, f"{self.log_start_offset}\n")
 
     def close(self) -> None:
-        """Flush and close every segment."""
+        """Flush and close every segment; snapshot producer state for a fast restart."""
         self.flush()
+        self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
         for segment in self.segments:
             segment.close()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` so that a crash leaves either the old or the new content."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _stamp_log_append_time(buf: bytearray, header: BatchHeader, append_time: int) -> BatchHeader:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kayak.broker.log.index import OffsetIndex, TimeIndex, remove_quietly
+from kayak.broker.log.files import remove_quietly
+from kayak.broker.log.index import OffsetIndex, TimeIndex
 from kayak.errors import CorruptRecordError, InvalidRecordError
 from kayak.protocol.records.record import LOG_OVERHEAD
 from kayak.protocol.records.scanner import BatchHeader, read_batch_header, validate_batch
@@ -38,6 +40,9 @@ class FileSlice:
     fd: int
     position: int
     length: int
+
+    def __len__(self) -> int:
+        return self.length
 
     def read(self) -> bytes:
         """The bytes themselves (for transports that cannot sendfile, and for tests)."""
@@ -101,6 +106,12 @@ class Segment:
         if header is None:
             return None
         return header._replace(position=position)
+
+    def headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Every batch header from ``position`` to the end, read without decoding records."""
+        while (header := self.header_at(position)) is not None:
+            yield header
+            position = header.end
 
     def last_indexed(self) -> BatchHeader | None:
         """The header of the last batch the offset index points at."""

@@ -12,222 +12,222 @@ from typing import TYPE_CHECKING, Any
 from kayak.protocol.message import Message
 
 if TYPE_CHECKING:
-    from kayak.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
-    from kayak.protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
-    from kayak.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
-    from kayak.protocol.messages.add_partitions_to_txn_response import AddPartitionsToTxnResponse
-    from kayak.protocol.messages.add_raft_voter_request import AddRaftVoterRequest
-    from kayak.protocol.messages.add_raft_voter_response import AddRaftVoterResponse
-    from kayak.protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
-    from kayak.protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse
-    from kayak.protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest
-    from kayak.protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse
-    from kayak.protocol.messages.alter_configs_request import AlterConfigsRequest
-    from kayak.protocol.messages.alter_configs_response import AlterConfigsResponse
-    from kayak.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
-    from kayak.protocol.messages.alter_partition_reassignments_response import AlterPartitionReassignmentsResponse
-    from kayak.protocol.messages.alter_partition_request import AlterPartitionRequest
-    from kayak.protocol.messages.alter_partition_response import AlterPartitionResponse
-    from kayak.protocol.messages.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest
-    from kayak.protocol.messages.alter_replica_log_dirs_response import AlterReplicaLogDirsResponse
-    from kayak.protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest
-    from kayak.protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse
-    from kayak.protocol.messages.api_versions_request import ApiVersionsRequest
-    from kayak.protocol.messages.api_versions_response import ApiVersionsResponse
-    from kayak.protocol.messages.assign_replicas_to_dirs_request import AssignReplicasToDirsRequest
-    from kayak.protocol.messages.assign_replicas_to_dirs_response import AssignReplicasToDirsResponse
-    from kayak.protocol.messages.begin_quorum_epoch_request import BeginQuorumEpochRequest
-    from kayak.protocol.messages.begin_quorum_epoch_response import BeginQuorumEpochResponse
-    from kayak.protocol.messages.broker_heartbeat_request import BrokerHeartbeatRequest
-    from kayak.protocol.messages.broker_heartbeat_response import BrokerHeartbeatResponse
-    from kayak.protocol.messages.broker_registration_request import BrokerRegistrationRequest
-    from kayak.protocol.messages.broker_registration_response import BrokerRegistrationResponse
-    from kayak.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
-    from kayak.protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
-    from kayak.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
-    from kayak.protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
-    from kayak.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
-    from kayak.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-    from kayak.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest
-    from kayak.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse
-    from kayak.protocol.messages.controller_registration_request import ControllerRegistrationRequest
-    from kayak.protocol.messages.controller_registration_response import ControllerRegistrationResponse
-    from kayak.protocol.messages.create_acls_request import CreateAclsRequest
-    from kayak.protocol.messages.create_acls_response import CreateAclsResponse
-    from kayak.protocol.messages.create_delegation_token_request import CreateDelegationTokenRequest
-    from kayak.protocol.messages.create_delegation_token_response import CreateDelegationTokenResponse
-    from kayak.protocol.messages.create_partitions_request import CreatePartitionsRequest
-    from kayak.protocol.messages.create_partitions_response import CreatePartitionsResponse
-    from kayak.protocol.messages.create_topics_request import CreateTopicsRequest
-    from kayak.protocol.messages.create_topics_response import CreateTopicsResponse
-    from kayak.protocol.messages.default_principal_data import DefaultPrincipalData
-    from kayak.protocol.messages.delete_acls_request import DeleteAclsRequest
-    from kayak.protocol.messages.delete_acls_response import DeleteAclsResponse
-    from kayak.protocol.messages.delete_groups_request import DeleteGroupsRequest
-    from kayak.protocol.messages.delete_groups_response import DeleteGroupsResponse
-    from kayak.protocol.messages.delete_records_request import DeleteRecordsRequest
-    from kayak.protocol.messages.delete_records_response import DeleteRecordsResponse
-    from kayak.protocol.messages.delete_share_group_state_request import DeleteShareGroupStateRequest
-    from kayak.protocol.messages.delete_share_group_state_response import DeleteShareGroupStateResponse
-    from kayak.protocol.messages.delete_topics_request import DeleteTopicsRequest
-    from kayak.protocol.messages.delete_topics_response import DeleteTopicsResponse
-    from kayak.protocol.messages.describe_acls_request import DescribeAclsRequest
-    from kayak.protocol.messages.describe_acls_response import DescribeAclsResponse
-    from kayak.protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest
-    from kayak.protocol.messages.describe_client_quotas_response import DescribeClientQuotasResponse
-    from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest
-    from kayak.protocol.messages.describe_cluster_response import DescribeClusterResponse
-    from kayak.protocol.messages.describe_configs_request import DescribeConfigsRequest
-    from kayak.protocol.messages.describe_configs_response import DescribeConfigsResponse
-    from kayak.protocol.messages.describe_delegation_token_request import DescribeDelegationTokenRequest
-    from kayak.protocol.messages.describe_delegation_token_response import DescribeDelegationTokenResponse
-    from kayak.protocol.messages.describe_groups_request import DescribeGroupsRequest
-    from kayak.protocol.messages.describe_groups_response import DescribeGroupsResponse
-    from kayak.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
-    from kayak.protocol.messages.describe_log_dirs_response import DescribeLogDirsResponse
-    from kayak.protocol.messages.describe_producers_request import DescribeProducersRequest
-    from kayak.protocol.messages.describe_producers_response import DescribeProducersResponse
-    from kayak.protocol.messages.describe_quorum_request import DescribeQuorumRequest
-    from kayak.protocol.messages.describe_quorum_response import DescribeQuorumResponse
-    from kayak.protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
-    from kayak.protocol.messages.describe_topic_partitions_response import DescribeTopicPartitionsResponse
-    from kayak.protocol.messages.describe_transactions_request import DescribeTransactionsRequest
-    from kayak.protocol.messages.describe_transactions_response import DescribeTransactionsResponse
-    from kayak.protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest
-    from kayak.protocol.messages.describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse
-    from kayak.protocol.messages.elect_leaders_request import ElectLeadersRequest
-    from kayak.protocol.messages.elect_leaders_response import ElectLeadersResponse
-    from kayak.protocol.messages.end_quorum_epoch_request import EndQuorumEpochRequest
-    from kayak.protocol.messages.end_quorum_epoch_response import EndQuorumEpochResponse
-    from kayak.protocol.messages.end_txn_request import EndTxnRequest
-    from kayak.protocol.messages.end_txn_response import EndTxnResponse
-    from kayak.protocol.messages.envelope_request import EnvelopeRequest
-    from kayak.protocol.messages.envelope_response import EnvelopeResponse
-    from kayak.protocol.messages.expire_delegation_token_request import ExpireDelegationTokenRequest
-    from kayak.protocol.messages.expire_delegation_token_response import ExpireDelegationTokenResponse
-    from kayak.protocol.messages.fetch_request import FetchRequest
-    from kayak.protocol.messages.fetch_response import FetchResponse
-    from kayak.protocol.messages.fetch_snapshot_request import FetchSnapshotRequest
-    from kayak.protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
-    from kayak.protocol.messages.find_coordinator_request import FindCoordinatorRequest
-    from kayak.protocol.messages.find_coordinator_response import FindCoordinatorResponse
-    from kayak.protocol.messages.get_telemetry_subscriptions_request import GetTelemetrySubscriptionsRequest
-    from kayak.protocol.messages.get_telemetry_subscriptions_response import GetTelemetrySubscriptionsResponse
-    from kayak.protocol.messages.group_coordinator.consumer_group_current_member_assignment_key import ConsumerGroupCurrentMemberAssignmentKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_current_member_assignment_value import ConsumerGroupCurrentMemberAssignmentValue
-    from kayak.protocol.messages.group_coordinator.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue
-    from kayak.protocol.messages.group_coordinator.consumer_group_metadata_key import ConsumerGroupMetadataKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_metadata_value import ConsumerGroupMetadataValue
-    from kayak.protocol.messages.group_coordinator.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_partition_metadata_value import ConsumerGroupPartitionMetadataValue
-    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_member_key import ConsumerGroupTargetAssignmentMemberKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_member_value import ConsumerGroupTargetAssignmentMemberValue
-    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_metadata_key import ConsumerGroupTargetAssignmentMetadataKey
-    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_metadata_value import ConsumerGroupTargetAssignmentMetadataValue
-    from kayak.protocol.messages.group_coordinator.group_metadata_key import GroupMetadataKey
-    from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue
-    from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey
-    from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue
-    from kayak.protocol.messages.group_coordinator.share_group_current_member_assignment_key import ShareGroupCurrentMemberAssignmentKey
-    from kayak.protocol.messages.group_coordinator.share_group_current_member_assignment_value import ShareGroupCurrentMemberAssignmentValue
-    from kayak.protocol.messages.group_coordinator.share_group_member_metadata_key import ShareGroupMemberMetadataKey
-    from kayak.protocol.messages.group_coordinator.share_group_member_metadata_value import ShareGroupMemberMetadataValue
-    from kayak.protocol.messages.group_coordinator.share_group_metadata_key import ShareGroupMetadataKey
-    from kayak.protocol.messages.group_coordinator.share_group_metadata_value import ShareGroupMetadataValue
-    from kayak.protocol.messages.group_coordinator.share_group_partition_metadata_key import ShareGroupPartitionMetadataKey
-    from kayak.protocol.messages.group_coordinator.share_group_partition_metadata_value import ShareGroupPartitionMetadataValue
-    from kayak.protocol.messages.group_coordinator.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey
-    from kayak.protocol.messages.group_coordinator.share_group_state_partition_metadata_value import ShareGroupStatePartitionMetadataValue
-    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey
-    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_member_value import ShareGroupTargetAssignmentMemberValue
-    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_metadata_key import ShareGroupTargetAssignmentMetadataKey
-    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_metadata_value import ShareGroupTargetAssignmentMetadataValue
-    from kayak.protocol.messages.heartbeat_request import HeartbeatRequest
-    from kayak.protocol.messages.heartbeat_response import HeartbeatResponse
-    from kayak.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
-    from kayak.protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse
-    from kayak.protocol.messages.init_producer_id_request import InitProducerIdRequest
-    from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse
-    from kayak.protocol.messages.initialize_share_group_state_request import InitializeShareGroupStateRequest
-    from kayak.protocol.messages.initialize_share_group_state_response import InitializeShareGroupStateResponse
-    from kayak.protocol.messages.join_group_request import JoinGroupRequest
-    from kayak.protocol.messages.join_group_response import JoinGroupResponse
-    from kayak.protocol.messages.k_raft_version_record import KRaftVersionRecord
-    from kayak.protocol.messages.leader_and_isr_request import LeaderAndIsrRequest
-    from kayak.protocol.messages.leader_and_isr_response import LeaderAndIsrResponse
-    from kayak.protocol.messages.leader_change_message import LeaderChangeMessage
-    from kayak.protocol.messages.leave_group_request import LeaveGroupRequest
-    from kayak.protocol.messages.leave_group_response import LeaveGroupResponse
-    from kayak.protocol.messages.list_client_metrics_resources_request import ListClientMetricsResourcesRequest
-    from kayak.protocol.messages.list_client_metrics_resources_response import ListClientMetricsResourcesResponse
-    from kayak.protocol.messages.list_groups_request import ListGroupsRequest
-    from kayak.protocol.messages.list_groups_response import ListGroupsResponse
-    from kayak.protocol.messages.list_offsets_request import ListOffsetsRequest
-    from kayak.protocol.messages.list_offsets_response import ListOffsetsResponse
-    from kayak.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
-    from kayak.protocol.messages.list_partition_reassignments_response import ListPartitionReassignmentsResponse
-    from kayak.protocol.messages.list_transactions_request import ListTransactionsRequest
-    from kayak.protocol.messages.list_transactions_response import ListTransactionsResponse
-    from kayak.protocol.messages.metadata_request import MetadataRequest
-    from kayak.protocol.messages.metadata_response import MetadataResponse
-    from kayak.protocol.messages.offset_commit_request import OffsetCommitRequest
-    from kayak.protocol.messages.offset_commit_response import OffsetCommitResponse
-    from kayak.protocol.messages.offset_delete_request import OffsetDeleteRequest
-    from kayak.protocol.messages.offset_delete_response import OffsetDeleteResponse
-    from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest
-    from kayak.protocol.messages.offset_fetch_response import OffsetFetchResponse
-    from kayak.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
-    from kayak.protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
-    from kayak.protocol.messages.produce_request import ProduceRequest
-    from kayak.protocol.messages.produce_response import ProduceResponse
-    from kayak.protocol.messages.push_telemetry_request import PushTelemetryRequest
-    from kayak.protocol.messages.push_telemetry_response import PushTelemetryResponse
-    from kayak.protocol.messages.read_share_group_state_request import ReadShareGroupStateRequest
-    from kayak.protocol.messages.read_share_group_state_response import ReadShareGroupStateResponse
-    from kayak.protocol.messages.read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest
-    from kayak.protocol.messages.read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse
-    from kayak.protocol.messages.remove_raft_voter_request import RemoveRaftVoterRequest
-    from kayak.protocol.messages.remove_raft_voter_response import RemoveRaftVoterResponse
-    from kayak.protocol.messages.renew_delegation_token_request import RenewDelegationTokenRequest
-    from kayak.protocol.messages.renew_delegation_token_response import RenewDelegationTokenResponse
-    from kayak.protocol.messages.request_header import RequestHeader
-    from kayak.protocol.messages.response_header import ResponseHeader
-    from kayak.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
-    from kayak.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
-    from kayak.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
-    from kayak.protocol.messages.sasl_handshake_response import SaslHandshakeResponse
-    from kayak.protocol.messages.share_acknowledge_request import ShareAcknowledgeRequest
-    from kayak.protocol.messages.share_acknowledge_response import ShareAcknowledgeResponse
-    from kayak.protocol.messages.share_fetch_request import ShareFetchRequest
-    from kayak.protocol.messages.share_fetch_response import ShareFetchResponse
-    from kayak.protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
-    from kayak.protocol.messages.share_group_describe_response import ShareGroupDescribeResponse
-    from kayak.protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest
-    from kayak.protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
-    from kayak.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
-    from kayak.protocol.messages.snapshot_header_record import SnapshotHeaderRecord
-    from kayak.protocol.messages.stop_replica_request import StopReplicaRequest
-    from kayak.protocol.messages.stop_replica_response import StopReplicaResponse
-    from kayak.protocol.messages.sync_group_request import SyncGroupRequest
-    from kayak.protocol.messages.sync_group_response import SyncGroupResponse
-    from kayak.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
-    from kayak.protocol.messages.txn_offset_commit_response import TxnOffsetCommitResponse
-    from kayak.protocol.messages.unregister_broker_request import UnregisterBrokerRequest
-    from kayak.protocol.messages.unregister_broker_response import UnregisterBrokerResponse
-    from kayak.protocol.messages.update_features_request import UpdateFeaturesRequest
-    from kayak.protocol.messages.update_features_response import UpdateFeaturesResponse
-    from kayak.protocol.messages.update_metadata_request import UpdateMetadataRequest
-    from kayak.protocol.messages.update_metadata_response import UpdateMetadataResponse
-    from kayak.protocol.messages.update_raft_voter_request import UpdateRaftVoterRequest
-    from kayak.protocol.messages.update_raft_voter_response import UpdateRaftVoterResponse
-    from kayak.protocol.messages.vote_request import VoteRequest
-    from kayak.protocol.messages.vote_response import VoteResponse
-    from kayak.protocol.messages.voters_record import VotersRecord
-    from kayak.protocol.messages.write_share_group_state_request import WriteShareGroupStateRequest
-    from kayak.protocol.messages.write_share_group_state_response import WriteShareGroupStateResponse
-    from kayak.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
-    from kayak.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
+    from kayak.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest as AddOffsetsToTxnRequest
+    from kayak.protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse as AddOffsetsToTxnResponse
+    from kayak.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest as AddPartitionsToTxnRequest
+    from kayak.protocol.messages.add_partitions_to_txn_response import AddPartitionsToTxnResponse as AddPartitionsToTxnResponse
+    from kayak.protocol.messages.add_raft_voter_request import AddRaftVoterRequest as AddRaftVoterRequest
+    from kayak.protocol.messages.add_raft_voter_response import AddRaftVoterResponse as AddRaftVoterResponse
+    from kayak.protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest as AllocateProducerIdsRequest
+    from kayak.protocol.messages.allocate_producer_ids_response import AllocateProducerIdsResponse as AllocateProducerIdsResponse
+    from kayak.protocol.messages.alter_client_quotas_request import AlterClientQuotasRequest as AlterClientQuotasRequest
+    from kayak.protocol.messages.alter_client_quotas_response import AlterClientQuotasResponse as AlterClientQuotasResponse
+    from kayak.protocol.messages.alter_configs_request import AlterConfigsRequest as AlterConfigsRequest
+    from kayak.protocol.messages.alter_configs_response import AlterConfigsResponse as AlterConfigsResponse
+    from kayak.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequest
+    from kayak.protocol.messages.alter_partition_reassignments_response import AlterPartitionReassignmentsResponse as AlterPartitionReassignmentsResponse
+    from kayak.protocol.messages.alter_partition_request import AlterPartitionRequest as AlterPartitionRequest
+    from kayak.protocol.messages.alter_partition_response import AlterPartitionResponse as AlterPartitionResponse
+    from kayak.protocol.messages.alter_replica_log_dirs_request import AlterReplicaLogDirsRequest as AlterReplicaLogDirsRequest
+    from kayak.protocol.messages.alter_replica_log_dirs_response import AlterReplicaLogDirsResponse as AlterReplicaLogDirsResponse
+    from kayak.protocol.messages.alter_user_scram_credentials_request import AlterUserScramCredentialsRequest as AlterUserScramCredentialsRequest
+    from kayak.protocol.messages.alter_user_scram_credentials_response import AlterUserScramCredentialsResponse as AlterUserScramCredentialsResponse
+    from kayak.protocol.messages.api_versions_request import ApiVersionsRequest as ApiVersionsRequest
+    from kayak.protocol.messages.api_versions_response import ApiVersionsResponse as ApiVersionsResponse
+    from kayak.protocol.messages.assign_replicas_to_dirs_request import AssignReplicasToDirsRequest as AssignReplicasToDirsRequest
+    from kayak.protocol.messages.assign_replicas_to_dirs_response import AssignReplicasToDirsResponse as AssignReplicasToDirsResponse
+    from kayak.protocol.messages.begin_quorum_epoch_request import BeginQuorumEpochRequest as BeginQuorumEpochRequest
+    from kayak.protocol.messages.begin_quorum_epoch_response import BeginQuorumEpochResponse as BeginQuorumEpochResponse
+    from kayak.protocol.messages.broker_heartbeat_request import BrokerHeartbeatRequest as BrokerHeartbeatRequest
+    from kayak.protocol.messages.broker_heartbeat_response import BrokerHeartbeatResponse as BrokerHeartbeatResponse
+    from kayak.protocol.messages.broker_registration_request import BrokerRegistrationRequest as BrokerRegistrationRequest
+    from kayak.protocol.messages.broker_registration_response import BrokerRegistrationResponse as BrokerRegistrationResponse
+    from kayak.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest as ConsumerGroupDescribeRequest
+    from kayak.protocol.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse as ConsumerGroupDescribeResponse
+    from kayak.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequest
+    from kayak.protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse as ConsumerGroupHeartbeatResponse
+    from kayak.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment as ConsumerProtocolAssignment
+    from kayak.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription as ConsumerProtocolSubscription
+    from kayak.protocol.messages.controlled_shutdown_request import ControlledShutdownRequest as ControlledShutdownRequest
+    from kayak.protocol.messages.controlled_shutdown_response import ControlledShutdownResponse as ControlledShutdownResponse
+    from kayak.protocol.messages.controller_registration_request import ControllerRegistrationRequest as ControllerRegistrationRequest
+    from kayak.protocol.messages.controller_registration_response import ControllerRegistrationResponse as ControllerRegistrationResponse
+    from kayak.protocol.messages.create_acls_request import CreateAclsRequest as CreateAclsRequest
+    from kayak.protocol.messages.create_acls_response import CreateAclsResponse as CreateAclsResponse
+    from kayak.protocol.messages.create_delegation_token_request import CreateDelegationTokenRequest as CreateDelegationTokenRequest
+    from kayak.protocol.messages.create_delegation_token_response import CreateDelegationTokenResponse as CreateDelegationTokenResponse
+    from kayak.protocol.messages.create_partitions_request import CreatePartitionsRequest as CreatePartitionsRequest
+    from kayak.protocol.messages.create_partitions_response import CreatePartitionsResponse as CreatePartitionsResponse
+    from kayak.protocol.messages.create_topics_request import CreateTopicsRequest as CreateTopicsRequest
+    from kayak.protocol.messages.create_topics_response import CreateTopicsResponse as CreateTopicsResponse
+    from kayak.protocol.messages.default_principal_data import DefaultPrincipalData as DefaultPrincipalData
+    from kayak.protocol.messages.delete_acls_request import DeleteAclsRequest as DeleteAclsRequest
+    from kayak.protocol.messages.delete_acls_response import DeleteAclsResponse as DeleteAclsResponse
+    from kayak.protocol.messages.delete_groups_request import DeleteGroupsRequest as DeleteGroupsRequest
+    from kayak.protocol.messages.delete_groups_response import DeleteGroupsResponse as DeleteGroupsResponse
+    from kayak.protocol.messages.delete_records_request import DeleteRecordsRequest as DeleteRecordsRequest
+    from kayak.protocol.messages.delete_records_response import DeleteRecordsResponse as DeleteRecordsResponse
+    from kayak.protocol.messages.delete_share_group_state_request import DeleteShareGroupStateRequest as DeleteShareGroupStateRequest
+    from kayak.protocol.messages.delete_share_group_state_response import DeleteShareGroupStateResponse as DeleteShareGroupStateResponse
+    from kayak.protocol.messages.delete_topics_request import DeleteTopicsRequest as DeleteTopicsRequest
+    from kayak.protocol.messages.delete_topics_response import DeleteTopicsResponse as DeleteTopicsResponse
+    from kayak.protocol.messages.describe_acls_request import DescribeAclsRequest as DescribeAclsRequest
+    from kayak.protocol.messages.describe_acls_response import DescribeAclsResponse as DescribeAclsResponse
+    from kayak.protocol.messages.describe_client_quotas_request import DescribeClientQuotasRequest as DescribeClientQuotasRequest
+    from kayak.protocol.messages.describe_client_quotas_response import DescribeClientQuotasResponse as DescribeClientQuotasResponse
+    from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest as DescribeClusterRequest
+    from kayak.protocol.messages.describe_cluster_response import DescribeClusterResponse as DescribeClusterResponse
+    from kayak.protocol.messages.describe_configs_request import DescribeConfigsRequest as DescribeConfigsRequest
+    from kayak.protocol.messages.describe_configs_response import DescribeConfigsResponse as DescribeConfigsResponse
+    from kayak.protocol.messages.describe_delegation_token_request import DescribeDelegationTokenRequest as DescribeDelegationTokenRequest
+    from kayak.protocol.messages.describe_delegation_token_response import DescribeDelegationTokenResponse as DescribeDelegationTokenResponse
+    from kayak.protocol.messages.describe_groups_request import DescribeGroupsRequest as DescribeGroupsRequest
+    from kayak.protocol.messages.describe_groups_response import DescribeGroupsResponse as DescribeGroupsResponse
+    from kayak.protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest as DescribeLogDirsRequest
+    from kayak.protocol.messages.describe_log_dirs_response import DescribeLogDirsResponse as DescribeLogDirsResponse
+    from kayak.protocol.messages.describe_producers_request import DescribeProducersRequest as DescribeProducersRequest
+    from kayak.protocol.messages.describe_producers_response import DescribeProducersResponse as DescribeProducersResponse
+    from kayak.protocol.messages.describe_quorum_request import DescribeQuorumRequest as DescribeQuorumRequest
+    from kayak.protocol.messages.describe_quorum_response import DescribeQuorumResponse as DescribeQuorumResponse
+    from kayak.protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest as DescribeTopicPartitionsRequest
+    from kayak.protocol.messages.describe_topic_partitions_response import DescribeTopicPartitionsResponse as DescribeTopicPartitionsResponse
+    from kayak.protocol.messages.describe_transactions_request import DescribeTransactionsRequest as DescribeTransactionsRequest
+    from kayak.protocol.messages.describe_transactions_response import DescribeTransactionsResponse as DescribeTransactionsResponse
+    from kayak.protocol.messages.describe_user_scram_credentials_request import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequest
+    from kayak.protocol.messages.describe_user_scram_credentials_response import DescribeUserScramCredentialsResponse as DescribeUserScramCredentialsResponse
+    from kayak.protocol.messages.elect_leaders_request import ElectLeadersRequest as ElectLeadersRequest
+    from kayak.protocol.messages.elect_leaders_response import ElectLeadersResponse as ElectLeadersResponse
+    from kayak.protocol.messages.end_quorum_epoch_request import EndQuorumEpochRequest as EndQuorumEpochRequest
+    from kayak.protocol.messages.end_quorum_epoch_response import EndQuorumEpochResponse as EndQuorumEpochResponse
+    from kayak.protocol.messages.end_txn_request import EndTxnRequest as EndTxnRequest
+    from kayak.protocol.messages.end_txn_response import EndTxnResponse as EndTxnResponse
+    from kayak.protocol.messages.envelope_request import EnvelopeRequest as EnvelopeRequest
+    from kayak.protocol.messages.envelope_response import EnvelopeResponse as EnvelopeResponse
+    from kayak.protocol.messages.expire_delegation_token_request import ExpireDelegationTokenRequest as ExpireDelegationTokenRequest
+    from kayak.protocol.messages.expire_delegation_token_response import ExpireDelegationTokenResponse as ExpireDelegationTokenResponse
+    from kayak.protocol.messages.fetch_request import FetchRequest as FetchRequest
+    from kayak.protocol.messages.fetch_response import FetchResponse as FetchResponse
+    from kayak.protocol.messages.fetch_snapshot_request import FetchSnapshotRequest as FetchSnapshotRequest
+    from kayak.protocol.messages.fetch_snapshot_response import FetchSnapshotResponse as FetchSnapshotResponse
+    from kayak.protocol.messages.find_coordinator_request import FindCoordinatorRequest as FindCoordinatorRequest
+    from kayak.protocol.messages.find_coordinator_response import FindCoordinatorResponse as FindCoordinatorResponse
+    from kayak.protocol.messages.get_telemetry_subscriptions_request import GetTelemetrySubscriptionsRequest as GetTelemetrySubscriptionsRequest
+    from kayak.protocol.messages.get_telemetry_subscriptions_response import GetTelemetrySubscriptionsResponse as GetTelemetrySubscriptionsResponse
+    from kayak.protocol.messages.group_coordinator.consumer_group_current_member_assignment_key import ConsumerGroupCurrentMemberAssignmentKey as ConsumerGroupCurrentMemberAssignmentKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_current_member_assignment_value import ConsumerGroupCurrentMemberAssignmentValue as ConsumerGroupCurrentMemberAssignmentValue
+    from kayak.protocol.messages.group_coordinator.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey as ConsumerGroupMemberMetadataKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_member_metadata_value import ConsumerGroupMemberMetadataValue as ConsumerGroupMemberMetadataValue
+    from kayak.protocol.messages.group_coordinator.consumer_group_metadata_key import ConsumerGroupMetadataKey as ConsumerGroupMetadataKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_metadata_value import ConsumerGroupMetadataValue as ConsumerGroupMetadataValue
+    from kayak.protocol.messages.group_coordinator.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey as ConsumerGroupPartitionMetadataKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_partition_metadata_value import ConsumerGroupPartitionMetadataValue as ConsumerGroupPartitionMetadataValue
+    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_member_key import ConsumerGroupTargetAssignmentMemberKey as ConsumerGroupTargetAssignmentMemberKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_member_value import ConsumerGroupTargetAssignmentMemberValue as ConsumerGroupTargetAssignmentMemberValue
+    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_metadata_key import ConsumerGroupTargetAssignmentMetadataKey as ConsumerGroupTargetAssignmentMetadataKey
+    from kayak.protocol.messages.group_coordinator.consumer_group_target_assignment_metadata_value import ConsumerGroupTargetAssignmentMetadataValue as ConsumerGroupTargetAssignmentMetadataValue
+    from kayak.protocol.messages.group_coordinator.group_metadata_key import GroupMetadataKey as GroupMetadataKey
+    from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue as GroupMetadataValue
+    from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey as OffsetCommitKey
+    from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue as OffsetCommitValue
+    from kayak.protocol.messages.group_coordinator.share_group_current_member_assignment_key import ShareGroupCurrentMemberAssignmentKey as ShareGroupCurrentMemberAssignmentKey
+    from kayak.protocol.messages.group_coordinator.share_group_current_member_assignment_value import ShareGroupCurrentMemberAssignmentValue as ShareGroupCurrentMemberAssignmentValue
+    from kayak.protocol.messages.group_coordinator.share_group_member_metadata_key import ShareGroupMemberMetadataKey as ShareGroupMemberMetadataKey
+    from kayak.protocol.messages.group_coordinator.share_group_member_metadata_value import ShareGroupMemberMetadataValue as ShareGroupMemberMetadataValue
+    from kayak.protocol.messages.group_coordinator.share_group_metadata_key import ShareGroupMetadataKey as ShareGroupMetadataKey
+    from kayak.protocol.messages.group_coordinator.share_group_metadata_value import ShareGroupMetadataValue as ShareGroupMetadataValue
+    from kayak.protocol.messages.group_coordinator.share_group_partition_metadata_key import ShareGroupPartitionMetadataKey as ShareGroupPartitionMetadataKey
+    from kayak.protocol.messages.group_coordinator.share_group_partition_metadata_value import ShareGroupPartitionMetadataValue as ShareGroupPartitionMetadataValue
+    from kayak.protocol.messages.group_coordinator.share_group_state_partition_metadata_key import ShareGroupStatePartitionMetadataKey as ShareGroupStatePartitionMetadataKey
+    from kayak.protocol.messages.group_coordinator.share_group_state_partition_metadata_value import ShareGroupStatePartitionMetadataValue as ShareGroupStatePartitionMetadataValue
+    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_member_key import ShareGroupTargetAssignmentMemberKey as ShareGroupTargetAssignmentMemberKey
+    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_member_value import ShareGroupTargetAssignmentMemberValue as ShareGroupTargetAssignmentMemberValue
+    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_metadata_key import ShareGroupTargetAssignmentMetadataKey as ShareGroupTargetAssignmentMetadataKey
+    from kayak.protocol.messages.group_coordinator.share_group_target_assignment_metadata_value import ShareGroupTargetAssignmentMetadataValue as ShareGroupTargetAssignmentMetadataValue
+    from kayak.protocol.messages.heartbeat_request import HeartbeatRequest as HeartbeatRequest
+    from kayak.protocol.messages.heartbeat_response import HeartbeatResponse as HeartbeatResponse
+    from kayak.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest as IncrementalAlterConfigsRequest
+    from kayak.protocol.messages.incremental_alter_configs_response import IncrementalAlterConfigsResponse as IncrementalAlterConfigsResponse
+    from kayak.protocol.messages.init_producer_id_request import InitProducerIdRequest as InitProducerIdRequest
+    from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse as InitProducerIdResponse
+    from kayak.protocol.messages.initialize_share_group_state_request import InitializeShareGroupStateRequest as InitializeShareGroupStateRequest
+    from kayak.protocol.messages.initialize_share_group_state_response import InitializeShareGroupStateResponse as InitializeShareGroupStateResponse
+    from kayak.protocol.messages.join_group_request import JoinGroupRequest as JoinGroupRequest
+    from kayak.protocol.messages.join_group_response import JoinGroupResponse as JoinGroupResponse
+    from kayak.protocol.messages.k_raft_version_record import KRaftVersionRecord as KRaftVersionRecord
+    from kayak.protocol.messages.leader_and_isr_request import LeaderAndIsrRequest as LeaderAndIsrRequest
+    from kayak.protocol.messages.leader_and_isr_response import LeaderAndIsrResponse as LeaderAndIsrResponse
+    from kayak.protocol.messages.leader_change_message import LeaderChangeMessage as LeaderChangeMessage
+    from kayak.protocol.messages.leave_group_request import LeaveGroupRequest as LeaveGroupRequest
+    from kayak.protocol.messages.leave_group_response import LeaveGroupResponse as LeaveGroupResponse
+    from kayak.protocol.messages.list_client_metrics_resources_request import ListClientMetricsResourcesRequest as ListClientMetricsResourcesRequest
+    from kayak.protocol.messages.list_client_metrics_resources_response import ListClientMetricsResourcesResponse as ListClientMetricsResourcesResponse
+    from kayak.protocol.messages.list_groups_request import ListGroupsRequest as ListGroupsRequest
+    from kayak.protocol.messages.list_groups_response import ListGroupsResponse as ListGroupsResponse
+    from kayak.protocol.messages.list_offsets_request import ListOffsetsRequest as ListOffsetsRequest
+    from kayak.protocol.messages.list_offsets_response import ListOffsetsResponse as ListOffsetsResponse
+    from kayak.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest as ListPartitionReassignmentsRequest
+    from kayak.protocol.messages.list_partition_reassignments_response import ListPartitionReassignmentsResponse as ListPartitionReassignmentsResponse
+    from kayak.protocol.messages.list_transactions_request import ListTransactionsRequest as ListTransactionsRequest
+    from kayak.protocol.messages.list_transactions_response import ListTransactionsResponse as ListTransactionsResponse
+    from kayak.protocol.messages.metadata_request import MetadataRequest as MetadataRequest
+    from kayak.protocol.messages.metadata_response import MetadataResponse as MetadataResponse
+    from kayak.protocol.messages.offset_commit_request import OffsetCommitRequest as OffsetCommitRequest
+    from kayak.protocol.messages.offset_commit_response import OffsetCommitResponse as OffsetCommitResponse
+    from kayak.protocol.messages.offset_delete_request import OffsetDeleteRequest as OffsetDeleteRequest
+    from kayak.protocol.messages.offset_delete_response import OffsetDeleteResponse as OffsetDeleteResponse
+    from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest as OffsetFetchRequest
+    from kayak.protocol.messages.offset_fetch_response import OffsetFetchResponse as OffsetFetchResponse
+    from kayak.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest as OffsetForLeaderEpochRequest
+    from kayak.protocol.messages.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse as OffsetForLeaderEpochResponse
+    from kayak.protocol.messages.produce_request import ProduceRequest as ProduceRequest
+    from kayak.protocol.messages.produce_response import ProduceResponse as ProduceResponse
+    from kayak.protocol.messages.push_telemetry_request import PushTelemetryRequest as PushTelemetryRequest
+    from kayak.protocol.messages.push_telemetry_response import PushTelemetryResponse as PushTelemetryResponse
+    from kayak.protocol.messages.read_share_group_state_request import ReadShareGroupStateRequest as ReadShareGroupStateRequest
+    from kayak.protocol.messages.read_share_group_state_response import ReadShareGroupStateResponse as ReadShareGroupStateResponse
+    from kayak.protocol.messages.read_share_group_state_summary_request import ReadShareGroupStateSummaryRequest as ReadShareGroupStateSummaryRequest
+    from kayak.protocol.messages.read_share_group_state_summary_response import ReadShareGroupStateSummaryResponse as ReadShareGroupStateSummaryResponse
+    from kayak.protocol.messages.remove_raft_voter_request import RemoveRaftVoterRequest as RemoveRaftVoterRequest
+    from kayak.protocol.messages.remove_raft_voter_response import RemoveRaftVoterResponse as RemoveRaftVoterResponse
+    from kayak.protocol.messages.renew_delegation_token_request import RenewDelegationTokenRequest as RenewDelegationTokenRequest
+    from kayak.protocol.messages.renew_delegation_token_response import RenewDelegationTokenResponse as RenewDelegationTokenResponse
+    from kayak.protocol.messages.request_header import RequestHeader as RequestHeader
+    from kayak.protocol.messages.response_header import ResponseHeader as ResponseHeader
+    from kayak.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest as SaslAuthenticateRequest
+    from kayak.protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse as SaslAuthenticateResponse
+    from kayak.protocol.messages.sasl_handshake_request import SaslHandshakeRequest as SaslHandshakeRequest
+    from kayak.protocol.messages.sasl_handshake_response import SaslHandshakeResponse as SaslHandshakeResponse
+    from kayak.protocol.messages.share_acknowledge_request import ShareAcknowledgeRequest as ShareAcknowledgeRequest
+    from kayak.protocol.messages.share_acknowledge_response import ShareAcknowledgeResponse as ShareAcknowledgeResponse
+    from kayak.protocol.messages.share_fetch_request import ShareFetchRequest as ShareFetchRequest
+    from kayak.protocol.messages.share_fetch_response import ShareFetchResponse as ShareFetchResponse
+    from kayak.protocol.messages.share_group_describe_request import ShareGroupDescribeRequest as ShareGroupDescribeRequest
+    from kayak.protocol.messages.share_group_describe_response import ShareGroupDescribeResponse as ShareGroupDescribeResponse
+    from kayak.protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest as ShareGroupHeartbeatRequest
+    from kayak.protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse as ShareGroupHeartbeatResponse
+    from kayak.protocol.messages.snapshot_footer_record import SnapshotFooterRecord as SnapshotFooterRecord
+    from kayak.protocol.messages.snapshot_header_record import SnapshotHeaderRecord as SnapshotHeaderRecord
+    from kayak.protocol.messages.stop_replica_request import StopReplicaRequest as StopReplicaRequest
+    from kayak.protocol.messages.stop_replica_response import StopReplicaResponse as StopReplicaResponse
+    from kayak.protocol.messages.sync_group_request import SyncGroupRequest as SyncGroupRequest
+    from kayak.protocol.messages.sync_group_response import SyncGroupResponse as SyncGroupResponse
+    from kayak.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest as TxnOffsetCommitRequest
+    from kayak.protocol.messages.txn_offset_commit_response import TxnOffsetCommitResponse as TxnOffsetCommitResponse
+    from kayak.protocol.messages.unregister_broker_request import UnregisterBrokerRequest as UnregisterBrokerRequest
+    from kayak.protocol.messages.unregister_broker_response import UnregisterBrokerResponse as UnregisterBrokerResponse
+    from kayak.protocol.messages.update_features_request import UpdateFeaturesRequest as UpdateFeaturesRequest
+    from kayak.protocol.messages.update_features_response import UpdateFeaturesResponse as UpdateFeaturesResponse
+    from kayak.protocol.messages.update_metadata_request import UpdateMetadataRequest as UpdateMetadataRequest
+    from kayak.protocol.messages.update_metadata_response import UpdateMetadataResponse as UpdateMetadataResponse
+    from kayak.protocol.messages.update_raft_voter_request import UpdateRaftVoterRequest as UpdateRaftVoterRequest
+    from kayak.protocol.messages.update_raft_voter_response import UpdateRaftVoterResponse as UpdateRaftVoterResponse
+    from kayak.protocol.messages.vote_request import VoteRequest as VoteRequest
+    from kayak.protocol.messages.vote_response import VoteResponse as VoteResponse
+    from kayak.protocol.messages.voters_record import VotersRecord as VotersRecord
+    from kayak.protocol.messages.write_share_group_state_request import WriteShareGroupStateRequest as WriteShareGroupStateRequest
+    from kayak.protocol.messages.write_share_group_state_response import WriteShareGroupStateResponse as WriteShareGroupStateResponse
+    from kayak.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest as WriteTxnMarkersRequest
+    from kayak.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse as WriteTxnMarkersResponse
 
 
 class ApiKey(IntEnum):

@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     read_compact_array_length,
     read_compact_string,
     read_int32_array_length,

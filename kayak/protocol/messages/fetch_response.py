@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     ZERO_UUID,
     read_compact_array_length,
     read_compact_nullable_string,
@@ -27,10 +28,10 @@ from kayak.protocol.primitives import (
     read_uuid,
     skip_tagged_fields,
     write_array_length,
-    write_compact_nullable_bytes,
     write_compact_nullable_string,
+    write_compact_records,
     write_compact_string,
-    write_nullable_bytes,
+    write_records,
     write_string,
     write_tagged_field,
     write_unsigned_varint,
@@ -87,7 +88,7 @@ class PartitionData:
     snapshot_id: SnapshotId = field(default_factory=SnapshotId)
     aborted_transactions: list[AbortedTransaction] | None = field(default_factory=list)
     preferred_read_replica: int = -1
-    records: Buffer | None = None
+    records: Records | None = None
 
 
 @dataclass(slots=True)
@@ -124,7 +125,7 @@ class FetchResponse(Message):
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
     out += _F_ihq.pack(o.partition_index, o.error_code, o.high_watermark)
-    write_nullable_bytes(out, o.records)
+    write_records(out, o.records)
 
 
 def _read_partition_data_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -211,7 +212,7 @@ def _write_partition_data_v4(out: bytearray, o: PartitionData) -> None:
         write_array_length(out, len(o.aborted_transactions), False)
         for aborted_transactions_item in o.aborted_transactions:
             _write_aborted_transaction_v4(out, aborted_transactions_item)
-    write_nullable_bytes(out, o.records)
+    write_records(out, o.records)
 
 
 def _read_partition_data_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -279,7 +280,7 @@ def _write_partition_data_v5(out: bytearray, o: PartitionData) -> None:
         write_array_length(out, len(o.aborted_transactions), False)
         for aborted_transactions_item in o.aborted_transactions:
             _write_aborted_transaction_v4(out, aborted_transactions_item)
-    write_nullable_bytes(out, o.records)
+    write_records(out, o.records)
 
 
 def _read_partition_data_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -369,7 +370,7 @@ def _write_partition_data_v11(out: bytearray, o: PartitionData) -> None:
         for aborted_transactions_item in o.aborted_transactions:
             _write_aborted_transaction_v4(out, aborted_transactions_item)
     out += _F_i.pack(o.preferred_read_replica)
-    write_nullable_bytes(out, o.records)
+    write_records(out, o.records)
 
 
 def _read_partition_data_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -500,7 +501,7 @@ def _write_partition_data_v12(out: bytearray, o: PartitionData) -> None:
         for aborted_transactions_item in o.aborted_transactions:
             _write_aborted_transaction_v12(out, aborted_transactions_item)
     out += _F_i.pack(o.preferred_read_replica)
-    write_compact_nullable_bytes(out, o.records)
+    write_compact_records(out, o.records)
     tags: list[tuple[int, bytearray]] = []
     if o.diverging_epoch != EpochEndOffset():
         t = bytearray()

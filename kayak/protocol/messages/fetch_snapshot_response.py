@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     read_compact_array_length,
     read_compact_records,
     read_compact_string,
@@ -21,7 +22,7 @@ from kayak.protocol.primitives import (
     read_unsigned_varint,
     skip_tagged_fields,
     write_array_length,
-    write_compact_nullable_bytes,
+    write_compact_records,
     write_compact_string,
     write_tagged_field,
     write_unsigned_varint,
@@ -59,7 +60,7 @@ class PartitionSnapshot:
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
     size: int = 0
     position: int = 0
-    unaligned_records: Buffer | None = None
+    unaligned_records: Records | None = None
 
 
 @dataclass(slots=True)
@@ -125,7 +126,7 @@ def _write_partition_snapshot_v0(out: bytearray, o: PartitionSnapshot) -> None:
     out += _F_ih.pack(o.index, o.error_code)
     _write_snapshot_id_v0(out, o.snapshot_id)
     out += _F_qq.pack(o.size, o.position)
-    write_compact_nullable_bytes(out, o.unaligned_records)
+    write_compact_records(out, o.unaligned_records)
     tags: list[tuple[int, bytearray]] = []
     if o.current_leader != LeaderIdAndEpoch():
         t = bytearray()

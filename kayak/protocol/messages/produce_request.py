@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     read_compact_array_length,
     read_compact_nullable_string,
     read_compact_records,
@@ -24,11 +25,11 @@ from kayak.protocol.primitives import (
     read_string,
     skip_tagged_fields,
     write_array_length,
-    write_compact_nullable_bytes,
     write_compact_nullable_string,
+    write_compact_records,
     write_compact_string,
-    write_nullable_bytes,
     write_nullable_string,
+    write_records,
     write_string,
 )
 
@@ -43,7 +44,7 @@ _F_i = struct.Struct('>i')
 @dataclass(slots=True)
 class PartitionProduceData:
     index: int = 0
-    records: Buffer | None = None
+    records: Records | None = None
 
 
 @dataclass(slots=True)
@@ -70,7 +71,7 @@ class ProduceRequest(Message):
 
 def _write_partition_produce_data_v0(out: bytearray, o: PartitionProduceData) -> None:
     out += _F_i.pack(o.index)
-    write_nullable_bytes(out, o.records)
+    write_records(out, o.records)
 
 
 def _read_partition_produce_data_v0(buf: Buffer, pos: int) -> tuple[PartitionProduceData, int]:
@@ -146,7 +147,7 @@ def _read_produce_request_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, int
 
 def _write_partition_produce_data_v9(out: bytearray, o: PartitionProduceData) -> None:
     out += _F_i.pack(o.index)
-    write_compact_nullable_bytes(out, o.records)
+    write_compact_records(out, o.records)
     out.append(0)
 
 

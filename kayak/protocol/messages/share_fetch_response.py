@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     ZERO_UUID,
     read_compact_array_length,
     read_compact_nullable_string,
@@ -22,8 +23,8 @@ from kayak.protocol.primitives import (
     read_uuid,
     skip_tagged_fields,
     write_array_length,
-    write_compact_nullable_bytes,
     write_compact_nullable_string,
+    write_compact_records,
     write_compact_string,
 )
 
@@ -59,7 +60,7 @@ class PartitionData:
     acknowledge_error_code: int = 0
     acknowledge_error_message: str | None = None
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
-    records: Buffer | None = None
+    records: Records | None = None
     acquired_records: list[AcquiredRecords] = field(default_factory=list)
 
 
@@ -130,7 +131,7 @@ def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:
     out += _F_h.pack(o.acknowledge_error_code)
     write_compact_nullable_string(out, o.acknowledge_error_message)
     _write_leader_id_and_epoch_v0(out, o.current_leader)
-    write_compact_nullable_bytes(out, o.records)
+    write_compact_records(out, o.records)
     write_array_length(out, len(o.acquired_records), True)
     for acquired_records_item in o.acquired_records:
         _write_acquired_records_v0(out, acquired_records_item)

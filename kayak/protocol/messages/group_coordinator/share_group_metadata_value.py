@@ -14,6 +14,7 @@ from kayak.errors import MalformedMessageError
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import (
     Buffer,
+    Records,
     skip_tagged_fields,
 )
 

@@ -1,0 +1,39 @@
+"""Broker settings, by Kafka's property names where Kafka has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kayak.broker.log import FlushMode, LogConfig
+from kayak.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """How one broker listens, stores and limits; defaults are kayak's embedded defaults."""
+
+    data_dir: Path = Path("kayak-data")
+    host: str = "127.0.0.1"
+    port: int = 9092
+    node_id: int = 0
+    advertised_host: str | None = None  # default: the address actually listened on
+    flush: FlushMode = FlushMode.GROUP
+    num_partitions: int = 1  # num.partitions
+    auto_create_topics: bool = True  # auto.create.topics.enable
+    socket_request_max_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
+    max_connections: int = 10_000  # max.connections
+    log: LogConfig = field(default_factory=LogConfig)
+    retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+
+    def validate(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("port", f"{self.port} is not a TCP port")
+        if self.num_partitions < 1:
+            raise ConfigError("num.partitions", "must be at least 1")
+        if self.socket_request_max_bytes < 1024:
+            raise ConfigError("socket.request.max.bytes", "must be at least 1024")
+        if self.max_connections < 1:
+            raise ConfigError("max.connections", "must be at least 1")
+        self.log.validate()

@@ -1,0 +1,51 @@
+"""What a request handler can reach: the broker's shared state and who is asking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kayak.broker.catalog import TopicCatalog
+from kayak.broker.config import BrokerConfig
+from kayak.broker.log import GroupCommit
+from kayak.protocol.messages.request_header import RequestHeader
+
+if TYPE_CHECKING:
+    from kayak.broker.group import GroupCoordinator
+    from kayak.broker.log.producer_state import ProducerIdAllocator
+
+
+@dataclass(eq=False)
+class BrokerContext:
+    """State every connection shares."""
+
+    config: BrokerConfig
+    catalog: TopicCatalog
+    commit: GroupCommit
+    cluster_id: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    coordinator: GroupCoordinator | None = None
+    producer_ids: ProducerIdAllocator | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One request's view: the broker, the request header, the client's address."""
+
+    broker: BrokerContext
+    header: RequestHeader
+    client_host: str
+
+    @property
+    def version(self) -> int:
+        return self.header.request_api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""

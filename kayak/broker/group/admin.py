@@ -1,0 +1,113 @@
+"""ListGroups, DescribeGroups and DeleteGroups: looking at groups from outside them."""
+
+from __future__ import annotations
+
+import logging
+
+from kayak.broker.group.group import Group
+from kayak.broker.group.membership import Membership
+from kayak.broker.group.offsets import OffsetStore, OffsetStoreError
+from kayak.broker.group.state import GroupState
+from kayak.errors import ErrorCode
+from kayak.protocol.messages.delete_groups_request import DeleteGroupsRequest
+from kayak.protocol.messages.delete_groups_response import (
+    DeletableGroupResult,
+    DeleteGroupsResponse,
+)
+from kayak.protocol.messages.describe_groups_request import DescribeGroupsRequest
+from kayak.protocol.messages.describe_groups_response import (
+    DescribedGroup,
+    DescribedGroupMember,
+    DescribeGroupsResponse,
+)
+from kayak.protocol.messages.list_groups_request import ListGroupsRequest
+from kayak.protocol.messages.list_groups_response import ListedGroup, ListGroupsResponse
+
+logger = logging.getLogger(__name__)
+
+_E = ErrorCode
+
+# ListGroups v5+ (KIP-848) reports a type per group; every group here uses the classic protocol.
+CLASSIC_GROUP_TYPE = "classic"
+
+
+class GroupAdmin:
+    """Answers the group administration requests."""
+
+    def __init__(
+        self, groups: dict[str, Group], membership: Membership, store: OffsetStore
+    ) -> None:
+        self._groups = groups
+        self._membership = membership
+        self._store = store
+
+    def list_groups(self, request: ListGroupsRequest, version: int) -> ListGroupsResponse:
+        """Every group, optionally filtered by state (v4+) and type (v5+), case-insensitively."""
+        states = {s.lower() for s in request.states_filter} if version >= 4 else set()
+        types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+        if types and CLASSIC_GROUP_TYPE not in types:
+            return ListGroupsResponse(groups=[])
+        return ListGroupsResponse(
+            groups=[
+                ListedGroup(
+                    group.group_id, group.protocol_type or "", group.state.value, CLASSIC_GROUP_TYPE
+                )
+                for group in self._groups.values()
+                if not states or group.state.value.lower() in states
+            ]
+        )
+
+    def describe_groups(
+        self, request: DescribeGroupsRequest, version: int
+    ) -> DescribeGroupsResponse:
+        """Each group's state and members; an unknown group is reported as Dead (v0-5)."""
+        return DescribeGroupsResponse(groups=[self._describe(g) for g in request.groups])
+
+    def _describe(self, group_id: str) -> DescribedGroup:
+        group = self._groups.get(group_id)
+        if group is None:
+            return DescribedGroup(_E.NONE, group_id, GroupState.DEAD.value, "", "", [])
+        # The chosen protocol, metadata and assignments only mean something once Stable.
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name or "" if stable else ""
+        members = [
+            DescribedGroupMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(protocol) if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ]
+        return DescribedGroup(
+            _E.NONE, group_id, group.state.value, group.protocol_type or "", protocol, members
+        )
+
+    async def delete_groups(
+        self, request: DeleteGroupsRequest, version: int
+    ) -> DeleteGroupsResponse:
+        """Delete member-less groups and their committed offsets."""
+        results = []
+        for group_id in dict.fromkeys(request.groups_names):  # once each, in request order
+            results.append(DeletableGroupResult(group_id, await self._delete(group_id)))
+        return DeleteGroupsResponse(results=results)
+
+    async def _delete(self, group_id: str) -> ErrorCode:
+        group = self._groups.get(group_id)
+        if group is None:
+            # Offsets may outlive the in-memory group (a durable store loaded at startup).
+            if not self._store.fetch_all(group_id):
+                return _E.GROUP_ID_NOT_FOUND
+        elif group.state is not GroupState.EMPTY:
+            return _E.NON_EMPTY_GROUP
+        else:
+            self._membership.discard(group)
+        try:
+            await self._store.delete_group(group_id)
+        except OffsetStoreError:
+            logger.warning("Could not delete the offsets of group %s", group_id, exc_info=True)
+            return _E.COORDINATOR_NOT_AVAILABLE
+        logger.info("Deleted group %s", group_id)
+        return _E.NONE

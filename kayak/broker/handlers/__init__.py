@@ -1,0 +1,72 @@
+"""Request handlers: one module per API family, each a thin router from request to storage.
+
+A handler is ``async (RequestContext, request) -> response`` (None only for acks=0 Produce).
+Per-partition problems become per-partition error codes inside the handler; a
+``KafkaError`` that escapes a handler is answered with a top-level error code when the
+response has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kayak.broker.context import RequestContext
+from kayak.broker.handlers import (
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    groups,
+    offsets,
+    produce,
+    topics,
+)
+from kayak.protocol.message import Message
+from kayak.protocol.messages import API_MESSAGES, ApiKey, response_class
+
+Handler = Callable[[RequestContext, Any], Awaitable[Message | None]]
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: api_versions.handle_api_versions,
+    ApiKey.METADATA: cluster.handle_metadata,
+    ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    ApiKey.FIND_COORDINATOR: cluster.handle_find_coordinator,
+    ApiKey.PRODUCE: produce.handle_produce,
+    ApiKey.INIT_PRODUCER_ID: produce.handle_init_producer_id,
+    ApiKey.FETCH: fetch.handle_fetch,
+    ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
+    ApiKey.DELETE_RECORDS: offsets.handle_delete_records,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+    ApiKey.CREATE_TOPICS: topics.handle_create_topics,
+    ApiKey.DELETE_TOPICS: topics.handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
+    **groups.GROUP_HANDLERS,
+}
+
+
+def error_response(api_key: int, version: int, code: int) -> Message | None:
+    """A response carrying ``code`` at top level, if this API's response has such a field."""
+    if api_key not in API_MESSAGES:
+        return None
+    cls = response_class(api_key)
+    if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        return None
+    response = cls()
+    if not hasattr(response, "error_code"):
+        return None
+    response.error_code = code
+    return response
+
+
+def unsupported_version_response(api_key: int, version: int) -> Message | None:
+    """UNSUPPORTED_VERSION for an API or version the broker does not serve.
+
+    ApiVersions is answered at v0 with the broker's table so the client can renegotiate.
+    """
+    if api_key == ApiKey.API_VERSIONS:
+        return api_versions.supported_versions_response(error_code=35)
+    return error_response(api_key, version, 35)

@@ -1,0 +1,147 @@
+"""ListOffsets, DeleteRecords, OffsetForLeaderEpoch: questions about a partition's offsets."""
+
+from __future__ import annotations
+
+from kayak.broker.catalog import Partition
+from kayak.broker.context import RequestContext
+from kayak.errors import ErrorCode, KafkaError
+from kayak.protocol.messages.delete_records_request import DeleteRecordsRequest
+from kayak.protocol.messages.delete_records_response import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+)
+from kayak.protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest
+from kayak.protocol.messages.list_offsets_response import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from kayak.protocol.messages.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from kayak.protocol.messages.offset_for_leader_epoch_response import (
+    EpochEndOffset,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+)
+from kayak.protocol.records import parse_batches
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+async def handle_list_offsets(
+    ctx: RequestContext, request: ListOffsetsRequest
+) -> ListOffsetsResponse:
+    response = ListOffsetsResponse()
+    for topic in request.topics:
+        results = ListOffsetsTopicResponse(name=topic.name)
+        for wanted in topic.partitions:
+            results.partitions.append(_list_offset(ctx, topic.name, wanted))
+        response.topics.append(results)
+    return response
+
+
+def _list_offset(
+    ctx: RequestContext, topic: str, wanted: ListOffsetsPartition
+) -> ListOffsetsPartitionResponse:
+    result = ListOffsetsPartitionResponse(partition_index=wanted.partition_index)
+    try:
+        partition = ctx.broker.catalog.partition(topic, wanted.partition_index)
+    except KafkaError as exc:
+        result.error_code = exc.code
+        return result
+    plog = partition.log
+    if wanted.current_leader_epoch > plog.leader_epoch:
+        result.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+        return result
+    offset, timestamp = _offset_for(partition, wanted.timestamp)
+    result.leader_epoch = plog.leader_epoch
+    if ctx.version == 0:
+        result.old_style_offsets = [offset] if offset >= 0 else []
+    else:
+        result.offset, result.timestamp = offset, timestamp
+    return result
+
+
+def _offset_for(partition: Partition, timestamp: int) -> tuple[int, int]:
+    plog = partition.log
+    if timestamp == LATEST:
+        return plog.high_watermark, -1
+    if timestamp == EARLIEST:
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        return _max_timestamp_offset(partition)
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    offset, _ = found
+    # The index finds the batch; the answer is the first record in it at or after the time.
+    data = plog.read(offset, 1)
+    if data is not None:
+        for batch in parse_batches(data.read()):
+            for record in batch:
+                if record.offset >= offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+    return found
+
+
+def _max_timestamp_offset(partition: Partition) -> tuple[int, int]:
+    plog = partition.log
+    best: tuple[int, int] = (-1, -1)
+    segment = max(plog.segments, key=lambda s: s.max_timestamp)
+    if segment.max_timestamp < 0:
+        return best
+    header = segment.find_by_timestamp(segment.max_timestamp)
+    if header is None:
+        return best
+    data = plog.read(max(header.base_offset, plog.log_start_offset), 1)
+    if data is None:
+        return best
+    for batch in parse_batches(data.read()):
+        for record in batch:
+            if record.timestamp > best[1]:
+                best = (record.offset, record.timestamp)
+    return best
+
+
+async def handle_delete_records(
+    ctx: RequestContext, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    """Prefix truncation: move each partition's log start offset forward."""
+    response = DeleteRecordsResponse()
+    for topic in request.topics:
+        results = DeleteRecordsTopicResult(name=topic.name)
+        for wanted in topic.partitions:
+            result = DeleteRecordsPartitionResult(partition_index=wanted.partition_index)
+            try:
+                plog = ctx.broker.catalog.partition(topic.name, wanted.partition_index).log
+                result.low_watermark = plog.delete_records_before(wanted.offset)
+            except KafkaError as exc:
+                result.error_code, result.low_watermark = exc.code, -1
+            results.partitions.append(result)
+        response.topics.append(results)
+    return response
+
+
+async def handle_offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    """One node, one leader epoch: every epoch up to it ends at the log end offset."""
+    response = OffsetForLeaderEpochResponse()
+    for topic in request.topics:
+        results = OffsetForLeaderTopicResult(topic=topic.topic)
+        for wanted in topic.partitions:
+            result = EpochEndOffset(partition=wanted.partition)
+            try:
+                plog = ctx.broker.catalog.partition(topic.topic, wanted.partition).log
+            except KafkaError as exc:
+                result.error_code = exc.code
+            else:
+                if wanted.current_leader_epoch > plog.leader_epoch:
+                    result.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                elif wanted.leader_epoch > plog.leader_epoch:
+                    result.leader_epoch, result.end_offset = -1, -1
+                else:
+                    result.leader_epoch, result.end_offset = plog.leader_epoch, plog.log_end_offset
+            results.partitions.append(result)
+        response.topics.append(results)
+    return response

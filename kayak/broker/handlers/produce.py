@@ -1,0 +1,98 @@
+"""Produce and InitProducerId: validated appends, acknowledged once durable."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kayak.broker.catalog import Partition
+from kayak.broker.context import RequestContext
+from kayak.errors import ErrorCode, KafkaError
+from kayak.protocol.messages.init_producer_id_request import InitProducerIdRequest
+from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse
+from kayak.protocol.messages.produce_request import ProduceRequest
+from kayak.protocol.messages.produce_response import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+
+log = logging.getLogger(__name__)
+
+_FIRST_MAGIC_2_VERSION = 3
+
+
+async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    """Append every partition's batches now, in request order; answer when they are durable.
+
+    The appends happen before the first ``await`` so that pipelined requests on a connection
+    reach the log in the order they were sent.
+    """
+    appended: list[Partition] = []
+    response = ProduceResponse()
+    for topic_data in request.topic_data:
+        results = TopicProduceResponse(name=topic_data.name)
+        for data in topic_data.partition_data:
+            result = _append(ctx, request, topic_data.name, data.index, data.records)
+            results.partition_responses.append(result)
+            if result.error_code == 0:
+                appended.append(ctx.broker.catalog.partition(topic_data.name, data.index))
+        response.responses.append(results)
+    for partition in appended:
+        partition.data_arrived()
+    if request.acks == 0:
+        return None
+    if appended:
+        await asyncio.gather(*(ctx.broker.commit.sync(p.log) for p in set(appended)))
+    return response
+
+
+def _append(
+    ctx: RequestContext, request: ProduceRequest, topic: str, index: int, records: object
+) -> PartitionProduceResponse:
+    result = PartitionProduceResponse(index=index)
+    if ctx.version < _FIRST_MAGIC_2_VERSION:
+        return _failed(result, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, "kayak stores magic 2")
+    if request.acks not in (-1, 0, 1):
+        return _failed(result, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}")
+    if request.transactional_id is not None:
+        return _failed(
+            result, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions unsupported"
+        )
+    if not isinstance(records, bytes | bytearray | memoryview) or not records:
+        return _failed(result, ErrorCode.INVALID_RECORD, "no records")
+    try:
+        partition = ctx.broker.catalog.partition(topic, index)
+        appended = partition.log.append(records)
+    except KafkaError as exc:
+        log.debug("produce to %s-%d refused: %s", topic, index, exc)
+        return _failed(result, exc.code, str(exc))
+    result.base_offset = appended.base_offset
+    result.log_append_time_ms = appended.log_append_time
+    result.log_start_offset = appended.log_start_offset
+    return result
+
+
+def _failed(result: PartitionProduceResponse, code: int, message: str) -> PartitionProduceResponse:
+    result.error_code = code
+    result.error_message = message
+    result.base_offset = -1
+    return result
+
+
+async def handle_init_producer_id(
+    ctx: RequestContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    """Hand out a producer id and epoch for an idempotent producer."""
+    if request.transactional_id is not None:
+        return InitProducerIdResponse(
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        )
+    allocator = ctx.broker.producer_ids
+    if allocator is None:
+        return InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
+    if request.producer_id >= 0 and request.producer_epoch >= 0:
+        producer_id, epoch = allocator.bump_epoch(request.producer_id, request.producer_epoch)
+    else:
+        producer_id, epoch = allocator.allocate(), 0
+    return InitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)

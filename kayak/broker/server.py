@@ -1,0 +1,171 @@
+"""The embeddable broker: ``async with Broker(data_dir, port=0) as b: b.bootstrap_servers``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kayak.broker.catalog import TopicCatalog
+from kayak.broker.config import BrokerConfig
+from kayak.broker.connection import BrokerConnection
+from kayak.broker.context import BrokerContext
+from kayak.broker.log import GroupCommit
+from kayak.broker.log.files import remove_quietly, write_atomically
+
+log = logging.getLogger(__name__)
+
+META_FILE = "meta.properties"
+CLEAN_SHUTDOWN_MARKER = ".kayak-clean-shutdown"
+
+
+class Broker:
+    """A single-node, durable Kafka-compatible broker running on the current event loop."""
+
+    def __init__(self, data_dir: str | Path | None = None, **settings: Any) -> None:
+        config = BrokerConfig(**settings)
+        if data_dir is not None:
+            config = replace(config, data_dir=Path(data_dir))
+        config.validate()
+        self.config = config
+        self.context: BrokerContext | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[BrokerConnection] = set()
+        self._retention: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover the data directory and start listening."""
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        cluster_id = self._load_or_create_meta()
+        marker = config.data_dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        remove_quietly(marker)
+        started = time.monotonic()
+        catalog = TopicCatalog(config.data_dir, config.log)
+        catalog.open(clean_shutdown=clean)
+        self.context = BrokerContext(config, catalog, GroupCommit(config.flush), cluster_id)
+        await self._start_extensions(self.context)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, config.host, config.port, reuse_address=True, backlog=1024
+        )
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self.context.host = config.advertised_host or host
+        self.context.port = port
+        self._retention = loop.create_task(self._retention_loop())
+        log.info(
+            "kayak broker %d listening on %s:%d, data in %s (%s start, recovered in %.2fs, "
+            "flush=%s)",
+            config.node_id,
+            self.context.host,
+            port,
+            config.data_dir,
+            "clean" if clean else "unclean",
+            time.monotonic() - started,
+            config.flush.value,
+        )
+
+    async def _start_extensions(self, context: BrokerContext) -> None:
+        """Group coordinator and producer ids, which live in their own packages."""
+        from kayak.broker.group import start_coordinator
+        from kayak.broker.log.producer_state import ProducerIdAllocator
+
+        context.producer_ids = ProducerIdAllocator(self.config.data_dir / "producer-ids")
+        context.coordinator = await start_coordinator(context)
+
+    async def stop(self) -> None:
+        """Stop accepting, close connections, flush and close every log cleanly."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._retention is not None:
+            self._retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention
+        context = self.context
+        if context is not None:
+            if context.coordinator is not None:
+                await context.coordinator.close()
+            context.catalog.close()
+            context.commit.close()
+            (self.config.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
+            log.info("kayak broker stopped cleanly")
+        self.context = None
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- addresses ----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        assert self.context is not None, "the broker is not running"
+        return self.context.port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for clients' ``bootstrap.servers``."""
+        assert self.context is not None, "the broker is not running"
+        return f"{self.context.host}:{self.context.port}"
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _new_connection(self) -> BrokerConnection:
+        assert self.context is not None
+        connection = BrokerConnection(self.context, self._connections.discard)
+        if len(self._connections) >= self.config.max_connections:
+            log.warning("refusing a connection: max.connections=%d", self.config.max_connections)
+            connection.refuse()
+        else:
+            self._connections.add(connection)
+        return connection
+
+    def _load_or_create_meta(self) -> str:
+        path = self.config.data_dir / META_FILE
+        properties: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition("=")
+                properties[key.strip()] = value.strip()
+        if "cluster.id" not in properties:
+            raw = uuid.uuid4().bytes
+            properties["cluster.id"] = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+            properties["node.id"] = str(self.config.node_id)
+            text = "".join(f"{k}={v}\n" for k, v in properties.items())
+            write_atomically(path, text)
+        return properties["cluster.id"]
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            assert self.context is not None
+            for partition in self.context.catalog.partitions():
+                try:
+                    partition.log.apply_retention()
+                except OSError:
+                    log.exception("retention of %s-%d failed", partition.topic, partition.index)

@@ -1,0 +1,45 @@
+"""Which APIs and versions the broker advertises through ApiVersions.
+
+The ranges follow a Kafka 3.9 broker so that clients that infer the broker's release from
+them (kafka-python) land on a real one. Produce keeps min version 0 because librdkafka checks
+it before compressing, although v0-2 requests are answered UNSUPPORTED_FOR_MESSAGE_FORMAT
+(kayak stores magic 2 batches only). Fetch starts at 4, the first version that reads magic 2.
+"""
+
+from __future__ import annotations
+
+from kayak.protocol.messages import ApiKey
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 11),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (0, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    """Whether the broker answers ``api_key`` at ``version``."""
+    bounds = SUPPORTED_VERSIONS.get(api_key)
+    return bounds is not None and bounds[0] <= version <= bounds[1]

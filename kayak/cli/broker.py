@@ -1,0 +1,94 @@
+"""``kayak broker``: run the embedded broker in the foreground."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from kayak.broker.log import FlushMode
+
+log = logging.getLogger("kayak.broker")
+
+
+@click.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("kayak-data"),
+    show_default=True,
+    help="Directory holding topics, logs and offsets.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True)
+@click.option(
+    "--flush",
+    type=click.Choice([m.value for m in FlushMode]),
+    default=FlushMode.GROUP.value,
+    show_default=True,
+    help="group: fsync before ack, shared between waiting appends; always: one fsync per "
+    "request; never: page cache only (Kafka's default).",
+)
+@click.option(
+    "--num-partitions",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="num.partitions for auto-created topics.",
+)
+@click.option(
+    "--group-initial-rebalance-delay-ms",
+    type=click.IntRange(0),
+    default=3000,
+    show_default=True,
+    help="group.initial.rebalance.delay.ms",
+)
+def broker(
+    data_dir: Path,
+    host: str,
+    port: int,
+    flush: str,
+    num_partitions: int,
+    group_initial_rebalance_delay_ms: int,
+) -> None:
+    """Run a durable single-node Kafka-compatible broker until SIGTERM or Ctrl-C."""
+    from kayak.broker import Broker
+
+    logging.getLogger("kayak").setLevel(min(logging.getLogger().level, logging.INFO))
+    settings = {
+        "host": host,
+        "port": port,
+        "flush": FlushMode(flush),
+        "num_partitions": num_partitions,
+        "group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms,
+    }
+    try:
+        run_event_loop(_serve(Broker(data_dir, **settings)))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the broker: {exc}") from exc
+
+
+async def _serve(server: object) -> None:
+    from kayak.broker import Broker
+
+    assert isinstance(server, Broker)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+        log.info("shutting down")
+
+
+def run_event_loop(main: object) -> None:
+    """Run a coroutine on uvloop when it is installed, else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)  # type: ignore[arg-type]
+    else:
+        uvloop.run(main)  # type: ignore[arg-type]

@@ -1,0 +1,81 @@
+"""Broker fixtures: the real broker process, started and stopped by the tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+_LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
+
+
+@dataclass
+class BrokerProcess:
+    """A ``kayak broker`` subprocess on its own data directory."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        args = [
+            sys.executable, "-m", "kayak", "-v", "broker",
+            "--data-dir", str(self.data_dir),
+            "--port", str(self.port),
+            "--group-initial-rebalance-delay-ms", "0",
+            *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=log, stderr=log)
+        log.close()
+        start_offset = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited: {self.log_path.read_text()[-2000:]}")
+            text = self.log_path.read_text()
+            found = _LISTENING.findall(text[start_offset:])
+            if found:
+                self.port = int(found[-1][1])
+                return self
+            time.sleep(0.05)
+        raise RuntimeError(f"broker did not start: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Stop the process (SIGTERM: clean; SIGKILL: a crash); returns its exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+        code = self.process.wait(timeout)
+        self.process = None
+        return code
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same data directory and port."""
+        return self.start()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp_path / "data").start()
+    yield broker
+    if broker.process is not None:
+        broker.stop()
