@@ -16,9 +16,12 @@ from typing import Any
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
 from kayak.broker.connection import BrokerConnection
+from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext
+from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
 from kayak.broker.log import GroupCommit
 from kayak.broker.log.files import remove_quietly, write_atomically
+from kayak.broker.log.producer_state import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +79,13 @@ class Broker:
         )
 
     async def _start_extensions(self, context: BrokerContext) -> None:
-        """Group coordinator and producer ids, which live in their own packages."""
-        from kayak.broker.group import start_coordinator
-        from kayak.broker.log.producer_state import ProducerIdAllocator
-
+        """Group coordinator (offsets in ``__consumer_offsets``) and producer ids."""
         context.producer_ids = ProducerIdAllocator(self.config.data_dir / "producer-ids")
-        context.coordinator = await start_coordinator(context)
+        coordinator_config = GroupCoordinatorConfig(
+            group_initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms
+        )
+        offsets = ConsumerOffsetsTopic(context.catalog, context.commit)
+        context.coordinator = GroupCoordinator(coordinator_config, offsets)
 
     async def stop(self) -> None:
         """Stop accepting, close connections, flush and close every log cleanly."""

@@ -46,6 +46,13 @@ log = logging.getLogger("kayak.broker")
     show_default=True,
     help="group.initial.rebalance.delay.ms",
 )
+@click.option(
+    "--retention-check-interval-ms",
+    type=click.IntRange(1),
+    default=300_000,
+    show_default=True,
+    help="log.retention.check.interval.ms: how often old segments are deleted.",
+)
 def broker(
     data_dir: Path,
     host: str,
@@ -53,6 +60,7 @@ def broker(
     flush: str,
     num_partitions: int,
     group_initial_rebalance_delay_ms: int,
+    retention_check_interval_ms: int,
 ) -> None:
     """Run a durable single-node Kafka-compatible broker until SIGTERM or Ctrl-C."""
     from kayak.broker import Broker
@@ -64,6 +72,7 @@ def broker(
         "flush": FlushMode(flush),
         "num_partitions": num_partitions,
         "group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms,
+        "retention_check_interval_ms": retention_check_interval_ms,
     }
     try:
         run_event_loop(_serve(Broker(data_dir, **settings)))

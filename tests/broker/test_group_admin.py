@@ -58,7 +58,9 @@ def test_describe_a_stable_group() -> None:
         ]
         # Kafka reports a group it doesn't know as Dead, without an error (v0-5).
         assert (unknown.error_code, unknown.group_state, unknown.members) == (
-            ErrorCode.NONE, "Dead", []
+            ErrorCode.NONE,
+            "Dead",
+            [],
         )
         await coord.close()
 
@@ -77,7 +79,8 @@ def test_describe_a_rebalancing_group_hides_metadata_and_assignments() -> None:
         assert group.group_state == "PreparingRebalance"
         assert group.protocol_data == ""
         assert [(m.member_metadata, m.member_assignment) for m in group.members] == [
-            (b"", b""), (b"", b"")
+            (b"", b""),
+            (b"", b""),
         ]
         await alice.join()
         await bob_join
@@ -94,7 +97,8 @@ def test_list_groups_with_state_and_type_filters() -> None:
         await standalone_commit(coord, "offsets-only")
         everything = await call(coord.list_groups, ListGroupsRequest(), 0)
         assert sorted((g.group_id, g.protocol_type) for g in everything.groups) == [
-            ("offsets-only", ""), (GROUP, "consumer")
+            ("offsets-only", ""),
+            (GROUP, "consumer"),
         ]
         stable = await call(coord.list_groups, ListGroupsRequest(["stable"]), 4)
         assert [(g.group_id, g.group_state) for g in stable.groups] == [(GROUP, "Stable")]
@@ -167,8 +171,11 @@ def test_delete_offsets_the_store_has_but_memory_does_not() -> None:
 
 def test_close_answers_parked_requests_and_refuses_new_ones() -> None:
     async def scenario() -> None:
-        coord = coordinator(GroupCoordinatorConfig(group_initial_rebalance_delay_ms=10_000,
-                                                   group_min_session_timeout_ms=100))
+        coord = coordinator(
+            GroupCoordinatorConfig(
+                group_initial_rebalance_delay_ms=10_000, group_min_session_timeout_ms=100
+            )
+        )
         alice, bob = consumers(coord, "alice", "bob")
         parked = asyncio.create_task(alice.join())  # held by the long initial delay
         await settle()

@@ -107,8 +107,11 @@ def test_initial_delay_holds_the_first_rebalance_for_late_joiners() -> None:
 
 def test_initial_delay_is_extended_while_new_members_keep_arriving() -> None:
     async def scenario() -> None:
-        coord = coordinator(GroupCoordinatorConfig(group_initial_rebalance_delay_ms=200,
-                                                   group_min_session_timeout_ms=100))
+        coord = coordinator(
+            GroupCoordinatorConfig(
+                group_initial_rebalance_delay_ms=200, group_min_session_timeout_ms=100
+            )
+        )
         alice, bob, carol = consumers(coord, "alice", "bob", "carol")
         started = time.monotonic()
         first = asyncio.create_task(alice.join())

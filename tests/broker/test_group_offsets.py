@@ -96,8 +96,9 @@ def test_member_of_a_stable_group_commits_and_fetches() -> None:
         coord = coordinator()
         alice, bob = consumers(coord, "alice", "bob")
         await form_group(alice, bob)
-        request = commit_request(GROUP, 1, alice.member_id, {("orders", 0): 42, ("orders", 1): 7},
-                                 metadata="checkpoint")
+        request = commit_request(
+            GROUP, 1, alice.member_id, {("orders", 0): 42, ("orders", 1): 7}, metadata="checkpoint"
+        )
         assert await commit(coord, request, 2) == {
             ("orders", 0): ErrorCode.NONE,
             ("orders", 1): ErrorCode.NONE,
@@ -175,8 +176,9 @@ def test_commit_while_completing_a_rebalance_is_refused_but_allowed_while_prepar
 
 def test_oversized_metadata_fails_only_its_partition() -> None:
     async def scenario() -> None:
-        coord = coordinator(GroupCoordinatorConfig(group_min_session_timeout_ms=100,
-                                                   offset_metadata_max_bytes=10))
+        coord = coordinator(
+            GroupCoordinatorConfig(group_min_session_timeout_ms=100, offset_metadata_max_bytes=10)
+        )
         request = commit_request("g", -1, "", {("t", 0): 1, ("t", 1): 2})
         request.topics[0].partitions[0].committed_metadata = "x" * 11
         request.topics[0].partitions[1].committed_metadata = "y" * 10
@@ -207,8 +209,9 @@ def test_null_metadata_is_stored_as_empty() -> None:
 def test_fetch_v7_null_topics_returns_everything_committed() -> None:
     async def scenario() -> None:
         coord = coordinator()
-        request = commit_request("g", -1, "", {("b", 1): 11, ("a", 0): 5, ("b", 0): 10},
-                                 leader_epoch=3)
+        request = commit_request(
+            "g", -1, "", {("b", 1): 11, ("a", 0): 5, ("b", 0): 10}, leader_epoch=3
+        )
         await commit(coord, request, 8)
         response = await call(coord.offset_fetch, OffsetFetchRequest("g", None), 7)
         assert response.error_code == ErrorCode.NONE
@@ -274,12 +277,21 @@ def test_commit_v1_keeps_the_client_timestamp() -> None:
 
 
 class FailingStore(InMemoryOffsetStore):
-    async def commit(self, group: str, topic: str, partition: int, offset: int,
-                     leader_epoch: int, metadata: str, commit_timestamp: int) -> None:
+    async def commit(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        leader_epoch: int,
+        metadata: str,
+        commit_timestamp: int,
+    ) -> None:
         if topic == "broken":
             raise OffsetStoreError("disk full")
-        await super().commit(group, topic, partition, offset, leader_epoch, metadata,
-                             commit_timestamp)
+        await super().commit(
+            group, topic, partition, offset, leader_epoch, metadata, commit_timestamp
+        )
 
 
 def test_store_failure_is_a_retriable_error_for_that_partition() -> None:

@@ -99,8 +99,9 @@ def test_sync_v5_with_a_different_protocol_is_refused() -> None:
         coord = coordinator()
         alice = Consumer(coord, "alice", sync_version=5)
         await alice.join()
-        request = SyncGroupRequest(GROUP, alice.generation_id, alice.member_id, None,
-                                   "consumer", "roundrobin", [])
+        request = SyncGroupRequest(
+            GROUP, alice.generation_id, alice.member_id, None, "consumer", "roundrobin", []
+        )
         response = await call(coord.sync_group, request, 5)
         assert response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         await coord.close()

@@ -60,7 +60,11 @@ def test_group_enforces_the_table(source: GroupState, target: GroupState) -> Non
 
 def test_state_names_are_kafkas() -> None:
     assert [s.value for s in S] == [
-        "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+        "Empty",
+        "PreparingRebalance",
+        "CompletingRebalance",
+        "Stable",
+        "Dead",
     ]
 
 
@@ -120,8 +124,10 @@ def test_config_from_kafka_property_names() -> None:
     ("settings", "property_name"),
     [
         ({"group_initial_rebalance_delay_ms": -1}, "group.initial.rebalance.delay.ms"),
-        ({"group_min_session_timeout_ms": 10, "group_max_session_timeout_ms": 5},
-         "group.max.session.timeout.ms"),
+        (
+            {"group_min_session_timeout_ms": 10, "group_max_session_timeout_ms": 5},
+            "group.max.session.timeout.ms",
+        ),
         ({"group_max_size": 0}, "group.max.size"),
         ({"offset_metadata_max_bytes": -1}, "offset.metadata.max.bytes"),
     ],

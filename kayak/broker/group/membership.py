@@ -200,13 +200,14 @@ class Membership:
         member.park_join(waiter)
         logger.info(
             "Static member %s of group %s rejoined: member id %s replaces %s",
-            p.group_instance_id, group.group_id, new_member_id, old_member_id,
+            p.group_instance_id,
+            group.group_id,
+            new_member_id,
+            old_member_id,
         )
         if group.state is _S.STABLE:
             if group.select_protocol() == group.protocol_name:
-                member.answer_join(
-                    self._static_rejoin_result(group, member, previous_leader, p)
-                )
+                member.answer_join(self._static_rejoin_result(group, member, previous_leader, p))
             else:
                 self._prepare_rebalance(group, f"static member {new_member_id} changed protocol")
         elif group.state is _S.COMPLETING_REBALANCE:
@@ -306,7 +307,9 @@ class Membership:
     def _complete_sync(self, group: Group, assignments: Mapping[str, bytes]) -> None:
         logger.info(
             "Group %s generation %d: assignment received from leader %s",
-            group.group_id, group.generation_id, group.leader_id,
+            group.group_id,
+            group.generation_id,
+            group.leader_id,
         )
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
@@ -401,7 +404,9 @@ class Membership:
             return
         logger.info(
             "Member %s of group %s missed its %d ms session timeout; removing it",
-            member.member_id, group.group_id, member.session_timeout_ms,
+            member.member_id,
+            group.group_id,
+            member.session_timeout_ms,
         )
         self._remove_member_and_update_group(
             group, member, f"member {member.member_id} session expired"
@@ -435,7 +440,9 @@ class Membership:
         group.transition_to(_S.PREPARING_REBALANCE)
         logger.info(
             "Preparing to rebalance group %s (generation %d): %s",
-            group.group_id, group.generation_id, reason,
+            group.group_id,
+            group.generation_id,
+            reason,
         )
         if first_rebalance:
             self._start_initial_delay(group)
@@ -501,7 +508,8 @@ class Membership:
             if not member.is_static:
                 logger.info(
                     "Member %s of group %s did not rejoin in time; removing it",
-                    member.member_id, group.group_id,
+                    member.member_id,
+                    group.group_id,
                 )
                 self._drop_member(group, member)
         if group.members and not group.elect_joined_leader():
@@ -516,7 +524,10 @@ class Membership:
             return
         logger.info(
             "Group %s generation %d: %d members, protocol %s, leader %s",
-            group.group_id, group.generation_id, len(group.members), group.protocol_name,
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
             group.leader_id,
         )
         for member in group.members.values():

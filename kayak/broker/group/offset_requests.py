@@ -149,7 +149,10 @@ class OffsetRequests:
         except OffsetStoreError:
             logger.warning(
                 "Could not store offset of group %s for %s-%d",
-                group_id, topic, partition.partition_index, exc_info=True,
+                group_id,
+                topic,
+                partition.partition_index,
+                exc_info=True,
             )
             return _E.COORDINATOR_NOT_AVAILABLE
         return _E.NONE

@@ -183,7 +183,9 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> Segment:
-        """Start a new active segment at the log end offset."""
+        """Start a new active segment at the log end offset (unless the active one is empty)."""
+        if self.active.size == 0:
+            return self.active
         segment = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
         self.segments.append(segment)
         # A restart then replays producer state from the new segment on, not the whole log.
