@@ -1,7 +1,12 @@
-"""The broker's topics: names, stable topic ids, partitions and per-topic configs.
+"""The cluster's topics: names, stable ids, configs, and which shard owns each partition.
 
-Partition logs live where Kafka puts them (``DATA_DIR/TOPIC-PARTITION/``); the list of topics
-with their ids and config overrides is one small JSON file replaced atomically on change.
+One JSON file (``topics.json``) is the cluster map every shard shares: topics with their ids,
+config overrides, and per partition the owning shard and its leader epoch. Every change is a
+read-modify-write under an exclusive ``flock``, so concurrent shards never lose each other's
+updates; shards reread the file when its modification time changes.
+
+A shard opens logs only for the partitions it owns (``DATA_DIR/TOPIC-PARTITION/``, as Kafka
+lays them out); asking it for any other partition is NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -13,16 +18,19 @@ import logging
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kayak.broker.log import LogConfig, PartitionLog
-from kayak.broker.log.files import write_atomically
+from kayak.broker.log.files import exclusive_lock, write_atomically
 from kayak.errors import (
     ConfigError,
     InvalidConfigurationError,
     InvalidPartitionsError,
     InvalidTopicError,
+    NotLeaderOrFollowerError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -30,8 +38,10 @@ from kayak.errors import (
 log = logging.getLogger(__name__)
 
 CATALOG_FILE = "topics.json"
+LOCK_FILE = "topics.lock"
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 MAX_PARTITIONS = 10_000
+NO_LEADER = -1  # the partition is being handed from one shard to another
 
 
 def check_topic_name(name: str) -> None:
@@ -44,7 +54,7 @@ def check_topic_name(name: str) -> None:
 
 @dataclass(eq=False)
 class Partition:
-    """One partition of a topic: its log and whoever waits for data to arrive in it."""
+    """A partition this shard owns: its log and whoever waits for data to arrive in it."""
 
     topic: str
     index: int
@@ -74,59 +84,182 @@ class Partition:
 
 @dataclass(eq=False)
 class Topic:
+    """A topic as the cluster map describes it, plus this shard's open partitions."""
+
     name: str
     topic_id: uuid.UUID
     config: LogConfig
     overrides: dict[str, str]
-    partitions: list[Partition] = field(default_factory=list)
+    owners: list[int]  # shard (node id) per partition, NO_LEADER while handed over
+    epochs: list[int]  # leader epoch per partition, bumped at every move
     internal: bool = False
+    handoffs: dict[int, int] = field(default_factory=dict)  # partition -> target shard
+    open: dict[int, Partition] = field(default_factory=dict)
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.owners)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.topic_id),
+            "configs": self.overrides,
+            "owners": self.owners,
+            "epochs": self.epochs,
+            "internal": self.internal,
+            "handoffs": {str(p): s for p, s in self.handoffs.items()},
+        }
 
 
 class TopicCatalog:
-    """Every topic the broker has, loaded from and saved to the data directory."""
+    """The cluster map as one shard sees it, and the logs of the partitions it owns."""
 
-    def __init__(self, data_dir: Path, defaults: LogConfig) -> None:
+    def __init__(
+        self, data_dir: Path, defaults: LogConfig, node_id: int = 0, shard_count: int = 1
+    ) -> None:
         self.data_dir = data_dir
         self.defaults = defaults
+        self.node_id = node_id
+        self.shard_count = shard_count
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self._mtime_ns = -1
+        self._clean_shutdown = False
 
-    # -- loading ------------------------------------------------------------------------
+    # -- the shared file ----------------------------------------------------------------
 
-    def open(self, clean_shutdown: bool) -> None:
-        """Load the topic list and open (recovering if needed) every partition log."""
-        path = self.data_dir / CATALOG_FILE
-        if not path.exists():
-            return
-        saved = json.loads(path.read_text())
-        for name, entry in saved["topics"].items():
-            config = LogConfig.from_properties(entry["configs"], self.defaults)
-            topic = Topic(name, uuid.UUID(entry["id"]), config, entry["configs"])
-            topic.internal = bool(entry.get("internal", False))
-            for index in range(entry["partitions"]):
-                plog = PartitionLog.open(self._partition_dir(name, index), config, clean_shutdown)
-                topic.partitions.append(Partition(name, index, plog))
-            self._add(topic)
-        log.info("opened %d topics from %s", len(self._topics), self.data_dir)
+    @property
+    def path(self) -> Path:
+        return self.data_dir / CATALOG_FILE
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the cluster map's lock and have the latest version of it loaded."""
+        with exclusive_lock(self.data_dir / LOCK_FILE):
+            self._load(force=True)
+            yield
 
     def _save(self) -> None:
-        topics = {
-            t.name: {
-                "id": str(t.topic_id),
-                "partitions": len(t.partitions),
-                "configs": t.overrides,
-                "internal": t.internal,
-            }
-            for t in self._topics.values()
-        }
-        write_atomically(self.data_dir / CATALOG_FILE, json.dumps({"topics": topics}, indent=1))
+        document = {"topics": {t.name: t.to_json() for t in self._topics.values()}}
+        write_atomically(self.path, json.dumps(document, indent=1))
+        self._mtime_ns = self.path.stat().st_mtime_ns
 
-    def _partition_dir(self, topic: str, index: int) -> Path:
-        return self.data_dir / f"{topic}-{index}"
+    def follow(self) -> None:
+        """Reread the map if another shard changed it (one stat when nothing changed)."""
+        if self.shard_count > 1:
+            self._load()
 
-    def _add(self, topic: Topic) -> None:
-        self._topics[topic.name] = topic
-        self._by_id[topic.topic_id] = topic
+    def reload(self) -> None:
+        """Reread the cluster map from disk (for tools that only read it)."""
+        self._load(force=True)
+
+    def _load(self, force: bool = False) -> bool:
+        """Reread the map if it changed; True if it did."""
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
+        if mtime == self._mtime_ns and not force:
+            return False
+        self._mtime_ns = mtime
+        saved = json.loads(self.path.read_text())["topics"]
+        for name in [n for n in self._topics if n not in saved]:
+            self._forget(self._topics[name], remove_data=True)
+        for name, entry in saved.items():
+            self._merge(name, entry)
+        return True
+
+    def _merge(self, name: str, entry: dict[str, Any]) -> None:
+        topic = self._topics.get(name)
+        if topic is None or str(topic.topic_id) != entry["id"]:
+            if topic is not None:
+                self._forget(topic, remove_data=True)
+            overrides = entry["configs"]
+            topic = Topic(
+                name,
+                uuid.UUID(entry["id"]),
+                LogConfig.from_properties(overrides, self.defaults),
+                overrides,
+                [],
+                [],
+                bool(entry.get("internal", False)),
+            )
+            self._topics[name], self._by_id[topic.topic_id] = topic, topic
+        elif topic.overrides != entry["configs"]:
+            topic.overrides = entry["configs"]
+            topic.config = LogConfig.from_properties(topic.overrides, self.defaults)
+            for partition in topic.open.values():
+                partition.log.config = topic.config
+        topic.owners = list(entry["owners"])
+        topic.epochs = list(entry.get("epochs", [0] * len(topic.owners)))
+        topic.handoffs = {int(p): int(s) for p, s in entry.get("handoffs", {}).items()}
+
+    def _forget(self, topic: Topic, remove_data: bool) -> None:
+        del self._topics[topic.name]
+        self._by_id.pop(topic.topic_id, None)
+        for partition in topic.open.values():
+            partition.data_arrived()
+            partition.log.close()
+            if remove_data:
+                shutil.rmtree(partition.log.directory, ignore_errors=True)
+        topic.open.clear()
+
+    # -- opening ------------------------------------------------------------------------
+
+    def open(self, clean_shutdown: bool) -> None:
+        """Load the map and open (recovering if needed) the logs this shard owns."""
+        self._clean_shutdown = clean_shutdown
+        self._load(force=True)
+        opened = 0
+        for topic in self._topics.values():
+            for index, owner in enumerate(topic.owners):
+                if owner == self.node_id:
+                    self._open_partition(topic, index)
+                    opened += 1
+        log.info("opened %d topics (%d partitions here) from %s", len(self._topics), opened,
+                 self.data_dir)  # fmt: skip
+
+    def _open_partition(self, topic: Topic, index: int) -> Partition:
+        directory = self.data_dir / f"{topic.name}-{index}"
+        plog = PartitionLog.open(directory, topic.config, self._clean_shutdown)
+        plog.leader_epoch = topic.epochs[index] if index < len(topic.epochs) else 0
+        partition = Partition(topic.name, index, plog)
+        topic.open[index] = partition
+        return partition
+
+    async def refresh(self, commit: Any = None) -> None:
+        """Pick up changes other shards made: new topics, deletions, partition handoffs.
+
+        A partition this shard owns and that is being handed to another shard is drained
+        (pending syncs awaited), closed, and only then given to its new owner, so two shards
+        never append to the same files.
+        """
+        self._load()
+        for topic in list(self._topics.values()):
+            for index, target in list(topic.handoffs.items()):
+                partition = topic.open.pop(index, None)
+                if partition is None:
+                    continue
+                if commit is not None:
+                    await commit.sync(partition.log)
+                partition.data_arrived()
+                partition.log.close()
+                self._complete_handoff(topic.name, index, target)
+            for index in [i for i in topic.open if topic.owners[i] != self.node_id]:
+                closing = topic.open.pop(index)
+                closing.data_arrived()
+                closing.log.close()
+
+    def _complete_handoff(self, name: str, index: int, target: int) -> None:
+        with self._locked():
+            topic = self._topics.get(name)
+            if topic is None or topic.handoffs.get(index) != target:
+                return
+            del topic.handoffs[index]
+            topic.owners[index] = target
+            topic.epochs[index] += 1
+            self._save()
+        log.info("handed %s-%d to shard %d", name, index, target)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -143,14 +276,22 @@ class TopicCatalog:
         return list(self._topics.values())
 
     def partition(self, name: str, index: int) -> Partition:
-        """The partition, or UNKNOWN_TOPIC_OR_PARTITION."""
+        """A partition this shard owns (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER)."""
         topic = self._topics.get(name)
-        if topic is None or not 0 <= index < len(topic.partitions):
+        if topic is None or not 0 <= index < topic.partition_count:
             raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
-        return topic.partitions[index]
+        partition = topic.open.get(index)
+        if partition is not None:
+            return partition
+        if topic.owners[index] != self.node_id or index in topic.handoffs:
+            raise NotLeaderOrFollowerError(
+                f"{name}-{index} is led by shard {topic.owners[index]}, not {self.node_id}"
+            )
+        return self._open_partition(topic, index)
 
     def partitions(self) -> list[Partition]:
-        return [p for t in self._topics.values() for p in t.partitions]
+        """Every partition this shard has open."""
+        return [p for t in self._topics.values() for p in t.open.values()]
 
     # -- changes ------------------------------------------------------------------------
 
@@ -161,25 +302,26 @@ class TopicCatalog:
         configs: dict[str, str] | None = None,
         internal: bool = False,
         validate_only: bool = False,
+        owners: list[int] | None = None,
     ) -> Topic:
-        """Create a topic (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, ... on bad input)."""
+        """Create a topic, spreading its partitions over the shards round-robin."""
         check_topic_name(name)
-        if name in self._topics:
-            raise TopicExistsError(f"topic {name!r} already exists")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
                 f"{num_partitions} partitions: must be between 1 and {MAX_PARTITIONS}"
             )
         overrides = dict(configs or {})
         config = self._config(overrides)
-        topic = Topic(name, uuid.uuid4(), config, overrides, internal=internal)
-        if validate_only:
-            return topic
-        for index in range(num_partitions):
-            plog = PartitionLog.open(self._partition_dir(name, index), config)
-            topic.partitions.append(Partition(name, index, plog))
-        self._add(topic)
-        self._save()
+        with self._locked():
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            placed = owners or [i % self.shard_count for i in range(num_partitions)]
+            topic = Topic(name, uuid.uuid4(), config, overrides, placed, [0] * num_partitions,
+                          internal)  # fmt: skip
+            if validate_only:
+                return topic
+            self._topics[name], self._by_id[topic.topic_id] = topic, topic
+            self._save()
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
@@ -190,50 +332,72 @@ class TopicCatalog:
             raise InvalidConfigurationError(str(exc)) from exc
 
     def delete(self, name: str) -> None:
-        """Delete a topic and its data."""
-        topic = self._topics.pop(name, None)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        del self._by_id[topic.topic_id]
-        self._save()
-        for partition in topic.partitions:
-            partition.data_arrived()
-            partition.log.close()
-            shutil.rmtree(partition.log.directory, ignore_errors=True)
+        """Delete a topic; each shard removes the data of the partitions it owned."""
+        with self._locked():
+            topic = self._topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            self._forget(topic, remove_data=True)
+            self._save()
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
         """Grow a topic to ``total`` partitions (never shrink, as in Kafka)."""
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        if not len(topic.partitions) < total <= MAX_PARTITIONS:
-            raise InvalidPartitionsError(
-                f"topic {name!r} has {len(topic.partitions)} partitions; {total} is not more"
-            )
-        if validate_only:
-            return
-        for index in range(len(topic.partitions), total):
-            plog = PartitionLog.open(self._partition_dir(name, index), topic.config)
-            topic.partitions.append(Partition(name, index, plog))
-        self._save()
+        with self._locked():
+            topic = self._topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if not topic.partition_count < total <= MAX_PARTITIONS:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {topic.partition_count} partitions; {total} is not more"
+                )
+            if validate_only:
+                return
+            for index in range(topic.partition_count, total):
+                topic.owners.append(index % self.shard_count)
+                topic.epochs.append(0)
+            self._save()
 
     def alter_configs(
         self, name: str, overrides: dict[str, str], validate_only: bool = False
     ) -> None:
         """Replace a topic's config overrides (AlterConfigs semantics: not merged)."""
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         config = self._config(overrides)
-        if validate_only:
-            return
-        topic.overrides, topic.config = dict(overrides), config
-        for partition in topic.partitions:
-            partition.log.config = config
-        self._save()
+        with self._locked():
+            topic = self._topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if validate_only:
+                return
+            topic.overrides, topic.config = dict(overrides), config
+            for partition in topic.open.values():
+                partition.log.config = config
+            self._save()
+
+    def request_handoff(self, name: str, index: int, target: int) -> None:
+        """Ask the owner of ``name-index`` to hand it to shard ``target`` (see :meth:`refresh`)."""
+        with self._locked():
+            topic = self._topics.get(name)
+            if topic is None or not 0 <= index < topic.partition_count:
+                raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
+            if topic.internal:
+                raise InvalidPartitionsError(f"{name} is internal; its partitions do not move")
+            if topic.owners[index] == target:
+                return
+            topic.handoffs[index] = target
+            self._save()
 
     def close(self) -> None:
         for partition in self.partitions():
             partition.data_arrived()
             partition.log.close()
+
+
+def remove_orphans(data_dir: Path, catalog: TopicCatalog) -> None:
+    """Delete partition directories whose topic the map no longer has (a crash mid-delete)."""
+    for child in data_dir.iterdir():
+        name, _, index = child.name.rpartition("-")
+        orphan = child.is_dir() and index.isdigit() and bool(name) and name not in catalog
+        if orphan and any(child.glob("*.log")):
+            log.warning("removing %s: its topic no longer exists", child)
+            shutil.rmtree(child, ignore_errors=True)

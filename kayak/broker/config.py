@@ -17,6 +17,7 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 9092
     node_id: int = 0
+    shard_count: int = 1  # broker processes sharing data_dir (kayak broker --shards N)
     advertised_host: str | None = None  # default: the address actually listened on
     flush: FlushMode = FlushMode.GROUP
     num_partitions: int = 1  # num.partitions
@@ -30,6 +31,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", f"{self.port} is not a TCP port")
+        if not 0 <= self.node_id < self.shard_count:
+            raise ConfigError("node.id", f"{self.node_id} is not a shard of {self.shard_count}")
         if self.num_partitions < 1:
             raise ConfigError("num.partitions", "must be at least 1")
         if self.socket_request_max_bytes < 1024:

@@ -133,6 +133,7 @@ class BrokerConnection(asyncio.Protocol):
         else:
             key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
             if is_supported(key, version) and key in HANDLERS:
+                self.broker.catalog.follow()
                 ctx = RequestContext(self.broker, event.header, self._client_host)
                 coro = self._handle(ctx, event.request)
             else:

@@ -12,13 +12,14 @@ prefix truncation. A crash between the two steps leaves duplicates that replay i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.group.offsets import CommittedOffset, OffsetStoreError
 from kayak.broker.log import GroupCommit
-from kayak.errors import KafkaError
+from kayak.errors import KafkaError, TopicExistsError
 from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey
 from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue
 from kayak.protocol.primitives import INT16
@@ -51,11 +52,16 @@ def encode_value(committed: CommittedOffset) -> bytes:
 class ConsumerOffsetsTopic:
     """An offset store (see :class:`~kayak.broker.group.offsets.OffsetStore`) on a topic."""
 
-    def __init__(self, catalog: TopicCatalog, commit: GroupCommit) -> None:
-        topic = catalog.get(TOPIC) or catalog.create(
-            TOPIC, 1, {"cleanup.policy": "compact"}, internal=True
-        )
-        self._partition: Partition = topic.partitions[0]
+    def __init__(
+        self, catalog: TopicCatalog, commit: GroupCommit, node_id: int = 0, shard_count: int = 1
+    ) -> None:
+        # One partition per shard, owned by that shard: a group's offsets live with its
+        # coordinator.
+        if catalog.get(TOPIC) is None:
+            with contextlib.suppress(TopicExistsError):
+                catalog.create(TOPIC, shard_count, {"cleanup.policy": "compact"}, internal=True,
+                               owners=list(range(shard_count)))  # fmt: skip
+        self._partition: Partition = catalog.partition(TOPIC, node_id)
         self._commit = commit
         self._groups: dict[str, dict[Key, CommittedOffset]] = {}
         self._replay()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
 from kayak.broker.log import GroupCommit
+from kayak.broker.shards import ShardAddress, ShardRegistry
 from kayak.protocol.messages.request_header import RequestHeader
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ class BrokerContext:
     cluster_id: str
     host: str = "127.0.0.1"
     port: int = 0
+    shards: ShardRegistry | None = None
     coordinator: GroupCoordinator | None = None
     producer_ids: ProducerIdAllocator | None = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -32,6 +34,21 @@ class BrokerContext:
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    def cluster(self) -> list[ShardAddress]:
+        """Every shard's address (just this broker's when it runs alone)."""
+        me = ShardAddress(self.node_id, self.host, self.port)
+        if self.shards is None:
+            return [me]
+        return self.shards.shards() or [me]
+
+    def address_of(self, node_id: int) -> ShardAddress | None:
+        if node_id == self.node_id:
+            return ShardAddress(node_id, self.host, self.port)
+        return self.shards.address(node_id) if self.shards is not None else None
+
+    def coordinator_for(self, group: str) -> int:
+        return self.shards.coordinator_for(group) if self.shards is not None else self.node_id
 
 
 @dataclass(frozen=True, slots=True)

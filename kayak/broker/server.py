@@ -13,19 +13,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kayak.broker.catalog import TopicCatalog
+from kayak.broker.catalog import TopicCatalog, remove_orphans
 from kayak.broker.config import BrokerConfig
 from kayak.broker.connection import BrokerConnection
 from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext
 from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
 from kayak.broker.log import GroupCommit
-from kayak.broker.log.files import remove_quietly, write_atomically
+from kayak.broker.log.files import exclusive_lock, remove_quietly, write_atomically
 from kayak.broker.log.producer_state import ProducerIdAllocator
+from kayak.broker.shards import ShardAddress, ShardRegistry
 
 log = logging.getLogger(__name__)
 
 META_FILE = "meta.properties"
+REFRESH_INTERVAL = 0.1  # seconds between checks of the shared cluster map
 CLEAN_SHUTDOWN_MARKER = ".kayak-clean-shutdown"
 
 
@@ -42,6 +44,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._connections: set[BrokerConnection] = set()
         self._retention: asyncio.Task[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -54,9 +57,12 @@ class Broker:
         clean = marker.exists()
         remove_quietly(marker)
         started = time.monotonic()
-        catalog = TopicCatalog(config.data_dir, config.log)
+        catalog = TopicCatalog(config.data_dir, config.log, config.node_id, config.shard_count)
         catalog.open(clean_shutdown=clean)
+        if config.node_id == 0:
+            remove_orphans(config.data_dir, catalog)
         self.context = BrokerContext(config, catalog, GroupCommit(config.flush), cluster_id)
+        self.context.shards = ShardRegistry(config.data_dir, config.shard_count)
         await self._start_extensions(self.context)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -65,7 +71,10 @@ class Broker:
         host, port = self._server.sockets[0].getsockname()[:2]
         self.context.host = config.advertised_host or host
         self.context.port = port
+        self.context.shards.register(ShardAddress(config.node_id, self.context.host, port))
         self._retention = loop.create_task(self._retention_loop())
+        if config.shard_count > 1:
+            self._refresh = loop.create_task(self._refresh_loop())
         log.info(
             "kayak broker %d listening on %s:%d, data in %s (%s start, recovered in %.2fs, "
             "flush=%s)",
@@ -80,11 +89,14 @@ class Broker:
 
     async def _start_extensions(self, context: BrokerContext) -> None:
         """Group coordinator (offsets in ``__consumer_offsets``) and producer ids."""
-        context.producer_ids = ProducerIdAllocator(self.config.data_dir / "producer-ids")
+        suffix = f"-{self.config.node_id}" if self.config.shard_count > 1 else ""
+        context.producer_ids = ProducerIdAllocator(self.config.data_dir / f"producer-ids{suffix}")
         coordinator_config = GroupCoordinatorConfig(
             group_initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms
         )
-        offsets = ConsumerOffsetsTopic(context.catalog, context.commit)
+        offsets = ConsumerOffsetsTopic(
+            context.catalog, context.commit, self.config.node_id, self.config.shard_count
+        )
         context.coordinator = GroupCoordinator(coordinator_config, offsets)
 
     async def stop(self) -> None:
@@ -93,10 +105,11 @@ class Broker:
             self._server.close()
         for connection in list(self._connections):
             connection.close()
-        if self._retention is not None:
-            self._retention.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention
+        for task in (self._retention, self._refresh):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         context = self.context
         if context is not None:
             if context.coordinator is not None:
@@ -149,6 +162,10 @@ class Broker:
         return connection
 
     def _load_or_create_meta(self) -> str:
+        with exclusive_lock(self.config.data_dir / "meta.lock"):
+            return self._read_or_write_meta()
+
+    def _read_or_write_meta(self) -> str:
         path = self.config.data_dir / META_FILE
         properties: dict[str, str] = {}
         if path.exists():
@@ -162,6 +179,16 @@ class Broker:
             text = "".join(f"{k}={v}\n" for k, v in properties.items())
             write_atomically(path, text)
         return properties["cluster.id"]
+
+    async def _refresh_loop(self) -> None:
+        """Follow what the other shards change in the cluster map (shards > 1 only)."""
+        while True:
+            await asyncio.sleep(REFRESH_INTERVAL)
+            assert self.context is not None
+            try:
+                await self.context.catalog.refresh(self.context.commit)
+            except (OSError, ValueError):
+                log.exception("could not reread the cluster map")
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000

@@ -47,6 +47,16 @@ log = logging.getLogger("kayak.broker")
     help="group.initial.rebalance.delay.ms",
 )
 @click.option(
+    "--shards",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Broker processes (one per core), each owning some partitions, one cluster. "
+    "Shard i listens on PORT+i (or a free port when PORT is 0).",
+)
+@click.option("--node-id", type=click.IntRange(0), default=None, hidden=True)
+@click.option("--shard-count", type=click.IntRange(1), default=None, hidden=True)
+@click.option(
     "--retention-check-interval-ms",
     type=click.IntRange(1),
     default=300_000,
@@ -60,13 +70,20 @@ def broker(
     flush: str,
     num_partitions: int,
     group_initial_rebalance_delay_ms: int,
+    shards: int,
+    node_id: int | None,
+    shard_count: int | None,
     retention_check_interval_ms: int,
 ) -> None:
-    """Run a durable single-node Kafka-compatible broker until SIGTERM or Ctrl-C."""
+    """Run a durable Kafka-compatible broker until SIGTERM or Ctrl-C."""
     from kayak.broker import Broker
 
     logging.getLogger("kayak").setLevel(min(logging.getLogger().level, logging.INFO))
+    if shards > 1 and node_id is None:
+        raise SystemExit(supervise_shards(shards, port))
     settings = {
+        "node_id": node_id or 0,
+        "shard_count": shard_count or 1,
         "host": host,
         "port": port,
         "flush": FlushMode(flush),
@@ -78,6 +95,51 @@ def broker(
         run_event_loop(_serve(Broker(data_dir, **settings)))
     except OSError as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from exc
+
+
+def supervise_shards(shards: int, port: int) -> int:
+    """Run one broker process per shard; stop them all when any stops or on a signal."""
+    import subprocess
+    import sys
+    import time
+
+    base = _without_option(sys.argv[1:], "--shards")
+    children = []
+    for node in range(shards):
+        args = _without_option(base, "--port")
+        args += ["--port", str(port + node if port else 0)]
+        args += ["--node-id", str(node), "--shard-count", str(shards)]
+        children.append(subprocess.Popen([sys.executable, "-m", "kayak", *args]))
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while all(child.poll() is None for child in children):
+        time.sleep(0.2)
+    if not stopping:
+        log.error("a shard exited; stopping the others")
+        stop(signal.SIGTERM, None)
+    codes = [child.wait() for child in children]
+    return 0 if stopping else max(abs(c) for c in codes) or 1
+
+
+def _without_option(args: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            out.append(arg)
+    return out
 
 
 async def _serve(server: object) -> None:

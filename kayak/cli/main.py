@@ -9,6 +9,7 @@ import click
 from kayak import __version__
 from kayak.cli.broker import broker
 from kayak.cli.demo import demo
+from kayak.cli.partitions import partitions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,6 +23,7 @@ def cli(verbose: int) -> None:
 
 cli.add_command(broker)
 cli.add_command(demo)
+cli.add_command(partitions)
 
 
 def main() -> None:

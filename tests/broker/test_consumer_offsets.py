@@ -60,7 +60,7 @@ def test_compaction_bounds_the_topic_and_keeps_the_state(
             await store.commit("g", f"t{i % 5}", i % 3, i, -1, "", i)
 
     asyncio.run(write())
-    plog = catalog.get(TOPIC).partitions[0].log  # type: ignore[union-attr]
+    plog = catalog.partition(TOPIC, 0).log
     assert plog.log_start_offset > 0, "compaction never ran"
     assert plog.size_in_bytes < 60_000
     expected = store.fetch_all("g")

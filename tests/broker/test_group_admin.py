@@ -156,14 +156,20 @@ def test_delete_a_group_whose_members_all_left() -> None:
     run(scenario)
 
 
-def test_delete_offsets_the_store_has_but_memory_does_not() -> None:
+def test_groups_known_only_to_the_store_are_listed_described_and_deletable() -> None:
     async def scenario() -> None:
         store = InMemoryOffsetStore()
         await store.commit("restored", "t", 0, 5, -1, "", 0)  # e.g. loaded from a durable log
         coord = GroupCoordinator(FAST_CONFIG, store)
+        listed = await call(coord.list_groups, ListGroupsRequest(["Empty"]), 4)
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [("restored", "Empty")]
+        described = await call(coord.describe_groups, DescribeGroupsRequest(["restored"]), 5)
+        assert (described.groups[0].group_state, described.groups[0].members) == ("Empty", [])
         response = await call(coord.delete_groups, DeleteGroupsRequest(["restored"]), 2)
         assert response.results[0].error_code == ErrorCode.NONE
         assert store.fetch("restored", "t", 0) is None
+        listed = await call(coord.list_groups, ListGroupsRequest(), 4)
+        assert listed.groups == []
         await coord.close()
 
     run(scenario)

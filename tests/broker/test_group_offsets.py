@@ -310,9 +310,9 @@ def test_store_failure_is_a_retriable_error_for_that_partition() -> None:
 def test_commit_counts_as_a_sign_of_life() -> None:
     async def scenario() -> None:
         coord = coordinator()
-        alice = Consumer(coord, "alice", session_timeout_ms=200)
+        alice = Consumer(coord, "alice", session_timeout_ms=300)
         await form_group(alice)
-        for offset in range(6):  # 0.45 s without a heartbeat, only commits
+        for offset in range(8):  # 0.6 s without a heartbeat, only commits
             await settle(0.075)
             request = commit_request(GROUP, 1, alice.member_id, {("t", 0): offset})
             assert await commit(coord, request, 8) == {("t", 0): ErrorCode.NONE}

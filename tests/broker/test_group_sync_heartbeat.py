@@ -196,7 +196,7 @@ def test_member_that_stops_heartbeating_is_expired_and_the_rest_rebalance() -> N
                 expired_after = time.monotonic() - bob_last_seen
                 break
         assert expired_after is not None
-        assert 0.3 <= expired_after < 0.6  # bob's session timeout, plus a heartbeat period
+        assert 0.28 <= expired_after < 1.0  # bob's 0.3 s session, plus a heartbeat period
         joined = await asyncio.wait_for(alice.join(), timeout=1)
         assert joined.generation_id == 2
         assert [m.member_id for m in joined.members] == [alice.member_id]
@@ -209,9 +209,9 @@ def test_member_that_stops_heartbeating_is_expired_and_the_rest_rebalance() -> N
 def test_heartbeats_keep_a_member_alive_past_its_session_timeout() -> None:
     async def scenario() -> None:
         coord = coordinator()
-        alice = Consumer(coord, "alice", session_timeout_ms=200)
+        alice = Consumer(coord, "alice", session_timeout_ms=300)
         await form_group(alice)
-        for _ in range(8):  # 0.6 s in all, three session timeouts
+        for _ in range(8):  # 0.6 s in all, two session timeouts
             await settle(0.075)
             assert await alice.heartbeat() == ErrorCode.NONE
         await coord.close()
@@ -222,10 +222,10 @@ def test_heartbeats_keep_a_member_alive_past_its_session_timeout() -> None:
 def test_member_waiting_in_sync_is_not_expired() -> None:
     async def scenario() -> None:
         coord = coordinator()
-        alice, bob = consumers(coord, "alice", "bob", session_timeout_ms=150)
+        alice, bob = consumers(coord, "alice", "bob", session_timeout_ms=250)
         await asyncio.gather(alice.join(), bob.join())
         follower_sync = asyncio.create_task(bob.sync())
-        for _ in range(6):  # 0.3 s: twice bob's session timeout, but bob is blocked in SyncGroup
+        for _ in range(10):  # 0.5 s: twice bob's session timeout, but bob is blocked in SyncGroup
             await settle(0.05)
             assert await alice.heartbeat() == ErrorCode.NONE
         await alice.sync({bob.member_id: b"p"})

@@ -152,9 +152,11 @@ def test_in_memory_store() -> None:
             ("t", 0): CommittedOffset(6, 2, "m2", 200),
             ("u", 1): CommittedOffset(1, -1, "", 300),
         }
+        assert store.groups() == ["g", "other"]
         snapshot = store.fetch_all("g")
         await store.delete_group("g")
         assert store.fetch_all("g") == {}
+        assert store.groups() == ["other"]
         assert len(snapshot) == 2  # fetch_all hands out a copy
         assert store.fetch("other", "t", 0) is not None
         await store.delete_group("never-existed")

@@ -3,9 +3,8 @@
 - :class:`GroupCoordinator`: one coroutine per group API, decoded request in, response out.
 - :class:`GroupCoordinatorConfig`: its settings, by Kafka's broker property names.
 - :class:`OffsetStore`: where committed offsets live; :class:`InMemoryOffsetStore` keeps
-  them in a dict until the broker provides a durable one.
+  them in a dict (the broker uses a durable store).
 - :class:`GroupState`: the states a group goes through; ``ALLOWED_TRANSITIONS`` is the table.
-- :func:`start_coordinator`: the coordinator as the broker starts it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from kayak.broker.group.offsets import (
     OffsetStoreError,
 )
 from kayak.broker.group.protocol_selection import select_protocol
-from kayak.broker.group.startup import start_coordinator
 from kayak.broker.group.state import ALLOWED_TRANSITIONS, GroupState, IllegalGroupTransitionError
 
 __all__ = [
@@ -33,5 +31,4 @@ __all__ = [
     "OffsetStore",
     "OffsetStoreError",
     "select_protocol",
-    "start_coordinator",
 ]

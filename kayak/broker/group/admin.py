@@ -47,15 +47,23 @@ class GroupAdmin:
         types = {t.lower() for t in request.types_filter} if version >= 5 else set()
         if types and CLASSIC_GROUP_TYPE not in types:
             return ListGroupsResponse(groups=[])
-        return ListGroupsResponse(
-            groups=[
-                ListedGroup(
-                    group.group_id, group.protocol_type or "", group.state.value, CLASSIC_GROUP_TYPE
-                )
-                for group in self._groups.values()
-                if not states or group.state.value.lower() in states
-            ]
-        )
+        listed = [
+            ListedGroup(group_id, protocol_type, state.value, CLASSIC_GROUP_TYPE)
+            for group_id, protocol_type, state in self._all_groups()
+            if not states or state.value.lower() in states
+        ]
+        return ListGroupsResponse(groups=listed)
+
+    def _all_groups(self) -> list[tuple[str, str, GroupState]]:
+        """(group id, protocol type, state) of every group, in memory or only in the store."""
+        in_memory = [(g.group_id, g.protocol_type or "", g.state) for g in self._groups.values()]
+        # Groups whose offsets outlived the process (a durable store) exist, without members.
+        only_stored = [
+            (group_id, "", GroupState.EMPTY)
+            for group_id in self._store.groups()
+            if group_id not in self._groups
+        ]
+        return in_memory + only_stored
 
     def describe_groups(
         self, request: DescribeGroupsRequest, version: int
@@ -66,7 +74,9 @@ class GroupAdmin:
     def _describe(self, group_id: str) -> DescribedGroup:
         group = self._groups.get(group_id)
         if group is None:
-            return DescribedGroup(_E.NONE, group_id, GroupState.DEAD.value, "", "", [])
+            # Offsets alone make a group exist (Empty); Kafka reports any other as Dead (v0-5).
+            state = GroupState.EMPTY if self._store.fetch_all(group_id) else GroupState.DEAD
+            return DescribedGroup(_E.NONE, group_id, state.value, "", "", [])
         # The chosen protocol, metadata and assignments only mean something once Stable.
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name or "" if stable else ""

@@ -138,8 +138,10 @@ class Membership:
         if group.state is _S.COMPLETING_REBALANCE and member.has_protocols(p.protocols):
             # It probably lost our JoinGroup answer: tell it again.
             return _answered(self._generation_result(group, member))
-        if group.state is _S.STABLE and not (
-            group.is_leader(member.member_id) or not member.has_protocols(p.protocols)
+        if (
+            group.state is _S.STABLE
+            and not group.is_leader(member.member_id)
+            and member.has_protocols(p.protocols)
         ):
             # A follower with nothing new may go straight on to SyncGroup. A leader's JoinGroup
             # always rebalances: that is how it reacts to changes members' metadata can't show.

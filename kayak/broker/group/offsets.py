@@ -57,6 +57,10 @@ class OffsetStore(Protocol):
         """Every partition ``(topic, partition)`` the group has committed for."""
         ...
 
+    def groups(self) -> list[str]:
+        """Every group with at least one committed offset (members or not)."""
+        ...
+
     async def delete_group(self, group: str) -> None:
         """Forget every commit of ``group`` (DeleteGroups)."""
         ...
@@ -86,6 +90,9 @@ class InMemoryOffsetStore:
 
     def fetch_all(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
         return dict(self._groups.get(group, {}))
+
+    def groups(self) -> list[str]:
+        return [group for group, offsets in self._groups.items() if offsets]
 
     async def delete_group(self, group: str) -> None:
         self._groups.pop(group, None)

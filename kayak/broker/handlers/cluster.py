@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from kayak.broker.catalog import Topic
+from kayak.broker.catalog import NO_LEADER, Topic
 from kayak.broker.context import RequestContext
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest
@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     response = MetadataResponse(
-        brokers=[MetadataResponseBroker(broker.node_id, broker.host, broker.port)],
+        brokers=[MetadataResponseBroker(s.node_id, s.host, s.port) for s in broker.cluster()],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=0,
     )
     # v0: an empty list means every topic; v1+: null means every topic.
     everything = request.topics is None or (ctx.version == 0 and not request.topics)
@@ -60,17 +60,19 @@ def _lookup(
 
 
 def _describe(ctx: RequestContext, topic: Topic) -> MetadataResponseTopic:
-    node = ctx.broker.node_id
-    partitions = [
-        MetadataResponsePartition(
-            partition_index=p.index,
-            leader_id=node,
-            leader_epoch=p.log.leader_epoch,
-            replica_nodes=[node],
-            isr_nodes=[node],
+    partitions = []
+    for index, owner in enumerate(topic.owners):
+        moving = index in topic.handoffs or owner == NO_LEADER
+        partitions.append(
+            MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE if moving else 0,
+                partition_index=index,
+                leader_id=NO_LEADER if moving else owner,
+                leader_epoch=topic.epochs[index],
+                replica_nodes=[owner],
+                isr_nodes=[] if moving else [owner],
+            )
         )
-        for p in topic.partitions
-    ]
     return MetadataResponseTopic(
         name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions
     )
@@ -83,21 +85,27 @@ async def handle_describe_cluster(
     return DescribeClusterResponse(
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=[DescribeClusterBroker(broker.node_id, broker.host, broker.port)],
+        controller_id=0,
+        brokers=[DescribeClusterBroker(s.node_id, s.host, s.port) for s in broker.cluster()],
     )
 
 
 async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    """Every group and transaction coordinator is this node."""
-    broker = ctx.broker
+    """A group's coordinator is the shard its id hashes to (this node when alone)."""
     if ctx.version < 4:
-        return FindCoordinatorResponse(node_id=broker.node_id, host=broker.host, port=broker.port)
+        found = _coordinator(ctx, request.key)
+        return FindCoordinatorResponse(
+            error_code=found.error_code, node_id=found.node_id, host=found.host, port=found.port
+        )
     return FindCoordinatorResponse(
-        coordinators=[
-            Coordinator(key=key, node_id=broker.node_id, host=broker.host, port=broker.port)
-            for key in request.coordinator_keys
-        ]
+        coordinators=[_coordinator(ctx, key) for key in request.coordinator_keys]
     )
+
+
+def _coordinator(ctx: RequestContext, key: str) -> Coordinator:
+    address = ctx.broker.address_of(ctx.broker.coordinator_for(key))
+    if address is None:
+        return Coordinator(key=key, node_id=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return Coordinator(key=key, node_id=address.node_id, host=address.host, port=address.port)

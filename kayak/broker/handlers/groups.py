@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kayak.broker.context import RequestContext
-from kayak.errors import CoordinatorNotAvailableError
+from kayak.errors import CoordinatorNotAvailableError, NotCoordinatorError
 from kayak.protocol.message import Message
 from kayak.protocol.messages import ApiKey
 
@@ -28,6 +28,9 @@ def _route(method: str) -> Callable[[RequestContext, Any], Awaitable[Message | N
         coordinator = ctx.broker.coordinator
         if coordinator is None:
             raise CoordinatorNotAvailableError("the group coordinator is not running")
+        group = getattr(request, "group_id", None)
+        if isinstance(group, str) and ctx.broker.coordinator_for(group) != ctx.broker.node_id:
+            raise NotCoordinatorError(f"group {group!r} is coordinated by another shard")
         call = getattr(coordinator, method)
         response: Message = await call(request, ctx.version, ctx.client_id, ctx.client_host)
         return response

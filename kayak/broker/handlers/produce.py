@@ -91,8 +91,8 @@ async def handle_init_producer_id(
     allocator = ctx.broker.producer_ids
     if allocator is None:
         return InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
-    if request.producer_id >= 0 and request.producer_epoch >= 0:
-        producer_id, epoch = allocator.bump_epoch(request.producer_id, request.producer_epoch)
-    else:
-        producer_id, epoch = allocator.allocate(), 0
-    return InitProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+    # Idempotent producers always get a fresh id at epoch 0, as Kafka answers without a
+    # transactional id; shards interleave their ids so that none is handed out twice.
+    shards = ctx.broker.config.shard_count
+    producer_id = allocator.allocate() * shards + ctx.broker.node_id
+    return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

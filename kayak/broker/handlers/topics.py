@@ -24,13 +24,40 @@ from kayak.protocol.messages.delete_topics_response import (
 # DescribeConfigs' config_source for a topic-level override, and for a default.
 TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
+_DUPLICATE = "the request names this topic more than once"
+
+
+def _duplicates(names: list[str | None]) -> set[str]:
+    """Names a request lists more than once.
+
+    Kafka acts on none of their entries and answers each such name once, with
+    INVALID_REQUEST: a response naming a topic twice is a parse error for librdkafka's admin
+    client, which then fails every topic of the request.
+    """
+    seen: set[str] = set()
+    duplicates: set[str] = set()
+    for name in names:
+        if name is not None:
+            if name in seen:
+                duplicates.add(name)
+            seen.add(name)
+    return duplicates
+
 
 async def handle_create_topics(
     ctx: RequestContext, request: CreateTopicsRequest
 ) -> CreateTopicsResponse:
     response = CreateTopicsResponse()
+    duplicates = _duplicates([t.name for t in request.topics])
     for wanted in request.topics:
-        response.topics.append(_create(ctx, wanted, request.validate_only))
+        if wanted.name not in duplicates:
+            response.topics.append(_create(ctx, wanted, request.validate_only))
+    for name in sorted(duplicates):
+        response.topics.append(
+            CreatableTopicResult(
+                name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=_DUPLICATE
+            )
+        )
     return response
 
 
@@ -80,7 +107,16 @@ async def handle_delete_topics(
     else:
         names = [(t.name, t.topic_id) for t in request.topics]
     catalog = ctx.broker.catalog
+    duplicates = _duplicates([name for name, _ in names])
+    for duplicate in sorted(duplicates):
+        response.responses.append(
+            DeletableTopicResult(
+                name=duplicate, error_code=ErrorCode.INVALID_REQUEST, error_message=_DUPLICATE
+            )
+        )
     for name, topic_id in names:
+        if name in duplicates:
+            continue
         result = DeletableTopicResult(name=name)
         topic = catalog.get(name) if name else catalog.by_id(topic_id)  # type: ignore[arg-type]
         if topic is None:
@@ -101,7 +137,16 @@ async def handle_create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     response = CreatePartitionsResponse()
+    duplicates = _duplicates([t.name for t in request.topics])
+    for name in sorted(duplicates):
+        response.results.append(
+            CreatePartitionsTopicResult(
+                name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=_DUPLICATE
+            )
+        )
     for wanted in request.topics:
+        if wanted.name in duplicates:
+            continue
         result = CreatePartitionsTopicResult(name=wanted.name)
         if wanted.assignments:
             result.error_code = ErrorCode.INVALID_REQUEST

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` so that a crash leaves either the old or the new content, never half."""
-    tmp = path.with_name(path.name + ".tmp")
+    # The temp name is per process: shards sharing a data directory may write the same file.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -25,6 +28,17 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) across processes."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def remove_quietly(path: Path) -> None:

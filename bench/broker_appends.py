@@ -1,0 +1,277 @@
+"""Durable appends and group commit: acks=all appends/second vs how many connections carry them.
+
+128 producers (asyncio tasks) each send Produce requests (v9, acks=-1) holding ONE record with a
+2 KiB value and await the answer before sending the next; the producers are spread over 1, 2,
+4, ..., 128 connections (pipelined: many requests in flight per connection). That is the
+fsync-per-request worst case: without group commit a broker that syncs before it acks pays
+one fsync per request, and its throughput falls to the disk's fsync rate as the same load
+spreads over more connections (background: "Kafka brokers don't implement group commit").
+
+Peers, all in the same run, taking turns inside each run so that noise hits them alike:
+
+* kayak's broker (a subprocess on a fresh data directory) with ``--flush group`` (fsync
+  before ack, shared by every append waiting for it), ``--flush always`` (one fsync per
+  request) and ``--flush never`` (page cache only, Kafka's default);
+* the machine's own limit: a tight ``write(2 KiB) + fdatasync`` loop on the same filesystem;
+* optionally (``--tansu``) Tansu with in-memory storage: not durable, for context only.
+
+Targets: group at 128 connections >= 0.8x group at 1 connection, and >= 10x always.
+The client is kayak's sans-I/O protocol layer over asyncio streams on uvloop, in this process.
+
+Run: ``python bench/broker_appends.py`` (default: 5 runs x 8 connection counts x 3 modes,
+2 s per point, about 3 minutes), ``--quick`` for a smoke test, ``--markdown`` for README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from peers import (
+    PipelinedClient,
+    Table,
+    create_topic,
+    end_offset,
+    fdatasync_rate,
+    human,
+    machine_notes,
+    median,
+    ratio,
+    run_async,
+    spread,
+    start_kayak,
+    start_tansu,
+)
+
+from kayak.protocol.messages.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from kayak.protocol.messages.produce_response import ProduceResponse
+from kayak.protocol.records import build_record_batch
+
+TOPIC = "appends"
+PRODUCE_VERSION = 9
+MODES = ("group", "always", "never")
+TANSU = "tansu"
+
+
+@dataclass(frozen=True)
+class Settings:
+    producers: int
+    connections: tuple[int, ...]
+    value_size: int
+    warmup: float
+    seconds: float
+    runs: int
+    tansu: bool
+    data_root: Path
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return (*MODES, TANSU) if self.tansu else MODES
+
+
+@dataclass
+class Samples:
+    """appends/second per (peer, connections), one sample per run; plus the fdatasync limit."""
+
+    rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    fdatasync: list[float] = field(default_factory=list)
+
+    def add(self, peer: str, connections: int, rate: float) -> None:
+        self.rates.setdefault((peer, connections), []).append(rate)
+
+    def median(self, peer: str, connections: int) -> float:
+        return median(self.rates.get((peer, connections), []))
+
+
+# -- one measurement -----------------------------------------------------------------------
+
+
+def produce_request(value_size: int) -> ProduceRequest:
+    batch = build_record_batch([os.urandom(value_size)])
+    data = TopicProduceData(name=TOPIC, partition_data=[PartitionProduceData(0, batch)])
+    return ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[data])
+
+
+def check(response: object) -> None:
+    assert isinstance(response, ProduceResponse)
+    result = response.responses[0].partition_responses[0]
+    if result.error_code:
+        raise RuntimeError(f"produce failed: error {result.error_code} {result.error_message}")
+
+
+async def appends_per_second(bootstrap: str, connections: int, settings: Settings) -> float:
+    """Steady-state acknowledged appends/second of ``settings.producers`` one-record producers
+    spread round-robin over ``connections`` connections."""
+    clients = [await PipelinedClient.connect(bootstrap) for _ in range(connections)]
+    request = produce_request(settings.value_size)
+    done = [0]
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + settings.warmup + settings.seconds
+
+    async def producer(client: PipelinedClient) -> None:
+        while loop.time() < stop_at:  # bounded by the deadline
+            check(await client.request(request, PRODUCE_VERSION))
+            done[0] += 1
+
+    tasks = [
+        loop.create_task(producer(clients[i % connections])) for i in range(settings.producers)
+    ]
+    await asyncio.sleep(settings.warmup)
+    start_count, start = done[0], time.perf_counter()
+    await asyncio.sleep(settings.seconds)
+    count, elapsed = done[0] - start_count, time.perf_counter() - start
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+    for client in clients:
+        await client.close()
+    return count / elapsed
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+def measure_peer(peer: str, settings: Settings, samples: Samples) -> None:
+    broker = (
+        start_tansu(settings.data_root) if peer == TANSU else start_kayak(settings.data_root, peer)
+    )
+    with broker:
+        create_topic(broker.bootstrap, TOPIC)
+        for connections in settings.connections:
+            rate = run_async(appends_per_second(broker.bootstrap, connections, settings))
+            assert isinstance(rate, float)
+            samples.add(peer, connections, rate)
+            print(f"  {peer:>6} {connections:>4} connections: {rate:>9,.0f} appends/s", flush=True)
+        appended = end_offset(broker.bootstrap, TOPIC)
+        print(f"  {peer:>6} log end offset after the run: {appended:,}", flush=True)
+
+
+def run_once(run: int, settings: Settings, samples: Samples) -> None:
+    print(f"run {run + 1}/{settings.runs}", flush=True)
+    limit = fdatasync_rate(settings.data_root, settings.value_size, settings.seconds)
+    samples.fdatasync.append(limit)
+    print(f"  machine: {limit:,.0f} fdatasync/s", flush=True)
+    # Rotate the order so that no peer always runs first (or last) in a run.
+    peers = settings.peers
+    shift = run % len(peers)
+    for peer in peers[shift:] + peers[:shift]:
+        measure_peer(peer, settings, samples)
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def results_table(settings: Settings, samples: Samples) -> Table:
+    columns = ["connections", "group", "always", "never"]
+    if settings.tansu:
+        columns.append("Tansu (memory, not durable)")
+    columns += ["group / always", "group / group@1", "group / fdatasync"]
+    table = Table(columns)
+    first = settings.connections[0]
+    limit = median(samples.fdatasync)
+    for connections in settings.connections:
+        group = samples.median("group", connections)
+        cells: list[object] = [str(connections), group]
+        cells += [samples.median(mode, connections) for mode in ("always", "never")]
+        if settings.tansu:
+            cells.append(samples.median(TANSU, connections))
+        cells += [
+            ratio(group, samples.median("always", connections)),
+            ratio(group, samples.median("group", first)),
+            ratio(group, limit),
+        ]
+        table.add(*cells)
+    return table
+
+
+def verdicts(settings: Settings, samples: Samples) -> list[str]:
+    first, last = settings.connections[0], settings.connections[-1]
+    group_last = samples.median("group", last)
+    flat = group_last / samples.median("group", first)
+    versus_always = group_last / samples.median("always", last)
+    return [
+        f"group@{last} / group@{first} = {flat:.2f} (target >= 0.8): "
+        + ("met" if flat >= 0.8 else "MISSED"),
+        f"group@{last} / always@{last} = {versus_always:.1f} (target >= 10): "
+        + ("met" if versus_always >= 10 else "MISSED"),
+    ]
+
+
+def report(settings: Settings, samples: Samples, markdown: bool) -> None:
+    table = results_table(settings, samples)
+    limit = samples.fdatasync
+    print()
+    print(
+        f"acks=all appends/second, {settings.producers} producers x 1 record of "
+        f"{settings.value_size} B per request, median of {settings.runs} runs "
+        f"({settings.seconds:g} s each after {settings.warmup:g} s warm-up)"
+    )
+    print(machine_notes(settings.data_root))
+    print(
+        f"machine limit: write({settings.value_size} B) + fdatasync = {human(median(limit))}/s "
+        f"(runs: {spread(limit)})"
+    )
+    print()
+    print(table.markdown() if markdown else table.text())
+    print()
+    for line in verdicts(settings, samples):
+        print(line)
+    spreads = ", ".join(
+        f"{peer}@{n}: {spread(samples.rates.get((peer, n), []))}"
+        for peer in settings.peers
+        for n in (settings.connections[0], settings.connections[-1])
+    )
+    print(f"run-to-run range: {spreads}")
+
+
+def parse_args(argv: list[str]) -> tuple[Settings, bool]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
+    parser.add_argument("--runs", type=int, default=5, help="runs to take the median of")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured time per point")
+    parser.add_argument("--warmup", type=float, default=0.3, help="unmeasured time per point")
+    parser.add_argument("--producers", type=int, default=128)
+    parser.add_argument("--value-size", type=int, default=2048)
+    parser.add_argument(
+        "--connections",
+        default="1,2,4,8,16,32,64,128",
+        help="comma-separated connection counts",
+    )
+    parser.add_argument("--tansu", action="store_true", help="add Tansu (in-memory) for context")
+    parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = parser.parse_args(argv)
+    connections = tuple(int(n) for n in args.connections.split(","))
+    if args.quick:
+        args.runs, args.seconds, args.warmup = 1, 0.3, 0.1
+        connections = (1, 8, connections[-1])
+    settings = Settings(
+        producers=args.producers,
+        connections=connections,
+        value_size=args.value_size,
+        warmup=args.warmup,
+        seconds=args.seconds,
+        runs=args.runs,
+        tansu=args.tansu,
+        data_root=args.data_root,
+    )
+    return settings, args.markdown
+
+
+def main(argv: list[str]) -> None:
+    settings, markdown = parse_args(argv)
+    samples = Samples()
+    for run in range(settings.runs):
+        run_once(run, settings, samples)
+    report(settings, samples, markdown)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
