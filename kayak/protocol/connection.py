@@ -76,6 +76,14 @@ class ClientConnection:
         frame = self._frames.next_frame()
         if frame is None:
             return None
+        return self.receive_frame(frame)
+
+    def receive_frame(self, frame: Buffer) -> ResponseReceived:
+        """Decode one whole response frame (without its size prefix).
+
+        For transports that do their own framing, e.g. receiving straight into a buffer of
+        the announced size; records fields come back as views of ``frame``.
+        """
         if len(frame) < 4:
             raise MalformedMessageError(f"response frame of {len(frame)} bytes has no header")
         correlation_id = INT32.unpack_from(frame, 0)[0]
@@ -89,7 +97,7 @@ class ClientConnection:
         return ResponseReceived(correlation_id, api_key, version, response)
 
     @staticmethod
-    def _answered_at_v0(frame: bytes, pos: int, version: int) -> bool:
+    def _answered_at_v0(frame: Buffer, pos: int, version: int) -> bool:
         """A broker that does not know our ApiVersions version answers at v0 (KIP-511)."""
         if version == 0 or len(frame) < pos + 2:
             return False
