@@ -78,7 +78,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
 def test_partitions_spread_over_shards_and_both_serve(
     cluster: tuple[BrokerProcess, list[str]],
 ) -> None:
-    broker, addresses = cluster
+    _, addresses = cluster
     create(addresses[1], "spread", 4)
     assert leaders(addresses[0], "spread") == {0: 0, 1: 1, 2: 0, 3: 1}
     meta = AdminClient({"bootstrap.servers": addresses[0]}).list_topics(timeout=10)
