@@ -57,6 +57,20 @@ log = logging.getLogger("kayak.broker")
 @click.option("--node-id", type=click.IntRange(0), default=None, hidden=True)
 @click.option("--shard-count", type=click.IntRange(1), default=None, hidden=True)
 @click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=10_000,
+    show_default=True,
+    help="max.connections: further connections are closed at once.",
+)
+@click.option(
+    "--socket-request-max-bytes",
+    type=click.IntRange(1024),
+    default=100 * 1024 * 1024,
+    show_default=True,
+    help="socket.request.max.bytes: larger requests close the connection.",
+)
+@click.option(
     "--retention-check-interval-ms",
     type=click.IntRange(1),
     default=300_000,
@@ -73,6 +87,8 @@ def broker(
     shards: int,
     node_id: int | None,
     shard_count: int | None,
+    max_connections: int,
+    socket_request_max_bytes: int,
     retention_check_interval_ms: int,
 ) -> None:
     """Run a durable Kafka-compatible broker until SIGTERM or Ctrl-C."""
@@ -90,6 +106,8 @@ def broker(
         "num_partitions": num_partitions,
         "group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms,
         "retention_check_interval_ms": retention_check_interval_ms,
+        "max_connections": max_connections,
+        "socket_request_max_bytes": socket_request_max_bytes,
     }
     try:
         run_event_loop(_serve(Broker(data_dir, **settings)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import struct
+import time
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,21 @@ def test_unimplemented_api_gets_unsupported_version(broker_process: BrokerProces
     response = client.request(DescribeAclsRequest(), 1)
     assert response.error_code == 35  # type: ignore[attr-defined]
     assert client.request(ApiVersionsRequest(), 0).error_code == 0  # type: ignore[attr-defined]
+
+
+def test_connections_beyond_max_connections_are_closed(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "limited", extra_args=["--max-connections", "2"]).start()
+    try:
+        first = WireClient(broker.bootstrap_servers)
+        second = WireClient(broker.bootstrap_servers)
+        third = WireClient(broker.bootstrap_servers)
+        assert third.closed_by_peer()
+        for client in (first, second):
+            assert client.request(ApiVersionsRequest(), 3).error_code == 0  # type: ignore[attr-defined]
+        assert "max.connections=2" in broker.log_text()
+        first.close()
+        time.sleep(0.2)
+        fourth = WireClient(broker.bootstrap_servers)
+        assert fourth.request(ApiVersionsRequest(), 3).error_code == 0  # type: ignore[attr-defined]
+    finally:
+        broker.stop()
