@@ -213,3 +213,22 @@ def test_segment_files_are_named_like_kafkas(tmp_path: Path) -> None:
     names = sorted(os.listdir(tmp_path / "t-0"))
     assert "00000000000000000001.log" in names and "00000000000000000001.index" in names
     assert "00000000000000000001.timeindex" in names
+
+
+def test_read_returns_the_largest_whole_batch_prefix_within_max_bytes(tmp_path: Path) -> None:
+    import random
+
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(index_interval_bytes=300))
+    rng = random.Random(7)
+    for i in range(300):
+        plog.append(batch([bytes([i % 256]) * rng.randrange(1, 400)]))
+    boundaries = [h.end for h in plog.active.headers()]
+    starts = {h.base_offset: h.position for h in plog.active.headers()}
+    for _ in range(300):
+        offset = rng.randrange(0, 300)
+        max_bytes = rng.randrange(1, 20_000)
+        found = plog.read(offset, max_bytes)
+        assert found is not None and found.position == starts[offset]
+        fitting = [b for b in boundaries if found.position < b <= found.position + max_bytes]
+        expected_end = max(fitting) if fitting else min(b for b in boundaries if b > found.position)
+        assert found.position + found.length == expected_end

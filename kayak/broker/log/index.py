@@ -55,6 +55,11 @@ class OffsetIndex:
         i = bisect.bisect_right(self._offsets, offset)
         return self._positions[i - 1] if i else 0
 
+    def boundary_at_or_before(self, position: int) -> int:
+        """The largest indexed batch start ≤ ``position`` (0 if none): a known batch boundary."""
+        i = bisect.bisect_right(self._positions, position)
+        return self._positions[i - 1] if i else 0
+
     def reset(self) -> None:
         """Forget every entry (before a rebuild)."""
         del self._offsets[:]

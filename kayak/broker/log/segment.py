@@ -144,12 +144,15 @@ class Segment:
         first = self.find(offset)
         if first is None:
             return None
-        end = first.end
         if first.size > max_bytes and not min_one:
             return None
-        while end - first.position < max_bytes:
+        limit = first.position + max_bytes
+        # Every batch before an indexed boundary ends at or before it, so the index lets us
+        # skip straight to the last boundary within the limit instead of reading each header.
+        end = max(first.end, self.index.boundary_at_or_before(limit))
+        while end < limit:
             header = self.header_at(end)
-            if header is None or header.end - first.position > max_bytes:
+            if header is None or header.end > limit:
                 break
             end = header.end
         return FileSlice(self.fd, first.position, end - first.position)
