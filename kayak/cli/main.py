@@ -9,7 +9,9 @@ import click
 from kayak import __version__
 from kayak.cli.broker import broker
 from kayak.cli.demo import demo
+from kayak.cli.groups import groups
 from kayak.cli.partitions import partitions
+from kayak.cli.topics import topics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,6 +26,8 @@ def cli(verbose: int) -> None:
 cli.add_command(broker)
 cli.add_command(demo)
 cli.add_command(partitions)
+cli.add_command(topics)
+cli.add_command(groups)
 
 
 def main() -> None:

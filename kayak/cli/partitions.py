@@ -24,7 +24,7 @@ _DATA_DIR = click.option(
 
 @click.group()
 def partitions() -> None:
-    """Inspect and move partitions between the shards of a ``kayak broker --shards N``."""
+    """Inspect and move partitions between the shards of a sharded broker (--shards N)."""
 
 
 @partitions.command("list")

@@ -37,6 +37,19 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE = 0, 1
 _STRING, _INT, _LONG = 2, 3, 5  # DescribeConfigs config_type codes
 
+# A broker describes its topic defaults under Kafka's broker property names ("Server Default
+# Property" in Kafka's topic config documentation), not under the topic-level names.
+_BROKER_NAMES = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "message.timestamp.type": "log.message.timestamp.type",
+}
+
 
 async def handle_describe_configs(
     ctx: RequestContext, request: DescribeConfigsRequest
@@ -52,7 +65,17 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsResource) -> Describ
         resource_type=resource.resource_type, resource_name=resource.resource_name
     )
     if resource.resource_type == BROKER_RESOURCE:
-        properties = ctx.broker.config.log.to_properties()
+        if resource.resource_name not in ("", str(ctx.broker.node_id)):
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = (
+                f"unexpected broker id {resource.resource_name!r}: this is broker "
+                f"{ctx.broker.node_id} (or use the empty name)"
+            )
+            return result
+        properties = {
+            _BROKER_NAMES.get(name, name): value
+            for name, value in ctx.broker.config.log.to_properties().items()
+        }
         overrides: dict[str, str] = {}
     elif resource.resource_type == TOPIC_RESOURCE:
         topic = ctx.broker.catalog.get(resource.resource_name)
@@ -152,4 +175,4 @@ def _alter(
     try:
         ctx.broker.catalog.alter_configs(topic.name, overrides_for(topic), validate_only)
     except KafkaError as exc:
-        result.error_code, result.error_message = exc.code, str(exc)
+        result.error_code, result.error_message = exc.code, exc.message

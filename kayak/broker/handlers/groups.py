@@ -28,8 +28,8 @@ def _route(method: str) -> Callable[[RequestContext, Any], Awaitable[Message | N
         coordinator = ctx.broker.coordinator
         if coordinator is None:
             raise CoordinatorNotAvailableError("the group coordinator is not running")
-        group = getattr(request, "group_id", None)
-        if isinstance(group, str) and ctx.broker.coordinator_for(group) != ctx.broker.node_id:
+        group = _group_of(request)
+        if group and ctx.broker.coordinator_for(group) != ctx.broker.node_id:
             raise NotCoordinatorError(f"group {group!r} is coordinated by another shard")
         call = getattr(coordinator, method)
         response: Message = await call(request, ctx.version, ctx.client_id, ctx.client_host)
@@ -37,6 +37,20 @@ def _route(method: str) -> Callable[[RequestContext, Any], Awaitable[Message | N
 
     handle.__name__ = f"handle_{method}"
     return handle
+
+
+def _group_of(request: Any) -> str | None:
+    """The group a request is about; batched forms (OffsetFetch v8+) name it per entry.
+
+    Clients batch only groups with the same coordinator, so the first one decides.
+    """
+    group = getattr(request, "group_id", None)
+    if group:
+        return str(group)
+    batched = getattr(request, "groups", None)
+    if batched and hasattr(batched[0], "group_id"):
+        return str(batched[0].group_id)
+    return None
 
 
 GROUP_HANDLERS: dict[int, Callable[[RequestContext, Any], Awaitable[Message | None]]] = {

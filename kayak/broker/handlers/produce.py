@@ -66,7 +66,7 @@ def _append(
         appended = partition.log.append(records)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
-        return _failed(result, exc.code, str(exc))
+        return _failed(result, exc.code, exc.message)
     result.base_offset = appended.base_offset
     result.log_append_time_ms = appended.log_append_time
     result.log_start_offset = appended.log_start_offset

@@ -82,7 +82,7 @@ def _create(
             wanted.name, partitions, configs, validate_only=validate_only
         )
     except KafkaError as exc:
-        result.error_code, result.error_message = exc.code, str(exc)
+        result.error_code, result.error_message = exc.code, exc.message
         return result
     result.topic_id = topic.topic_id
     result.num_partitions = partitions
@@ -128,7 +128,7 @@ async def handle_delete_topics(
             try:
                 catalog.delete(topic.name)
             except KafkaError as exc:
-                result.error_code, result.error_message = exc.code, str(exc)
+                result.error_code, result.error_message = exc.code, exc.message
         response.responses.append(result)
     return response
 
@@ -155,6 +155,6 @@ async def handle_create_partitions(
             try:
                 ctx.broker.catalog.add_partitions(wanted.name, wanted.count, request.validate_only)
             except KafkaError as exc:
-                result.error_code, result.error_message = exc.code, str(exc)
+                result.error_code, result.error_message = exc.code, exc.message
         response.results.append(result)
     return response
