@@ -33,6 +33,8 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        # A restart appends to the same log: only lines written after this point count.
+        start_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
         args = [
             sys.executable, "-m", "kayak", "-v", "broker",
@@ -43,13 +45,14 @@ class BrokerProcess:
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=log, stderr=log)
         log.close()
-        start_offset = 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited: {self.log_path.read_text()[-2000:]}")
-            text = self.log_path.read_text()
-            found = _LISTENING.findall(text[start_offset:])
+            with open(self.log_path, "rb") as f:
+                f.seek(start_offset)
+                text = f.read().decode(errors="replace")
+            found = _LISTENING.findall(text)
             if found:
                 self.port = int(found[-1][1])
                 return self

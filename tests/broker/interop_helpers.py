@@ -5,24 +5,20 @@
 - :func:`run_isolated`: run a scenario in a fresh child process, so a client that crashes
   (librdkafka aborts or segfaults on some protocol bugs) fails the test instead of killing
   pytest. The child's exception, with its traceback, is raised again in the parent.
-- :class:`EmbeddedBrokerProcess`: a broker subprocess built from ``kayak.broker.Broker`` with
-  settings the CLI does not expose (the retention check interval).
+- :func:`stored_batches`: the batches the broker stored, read with a raw Fetch.
+- :func:`restart_broker`: a clean restart of the ``broker_process`` fixture's broker.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import re
 import signal
-import subprocess
-import sys
+import threading
 import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from kayak.protocol.messages import CreateTopicsRequest
@@ -65,6 +61,7 @@ class StoredBatch:
     partition: int
     codec: str  # "none", "gzip", "snappy", "lz4", "zstd"
     producer_id: int
+    producer_epoch: int
     base_sequence: int
     base_offset: int
     record_count: int
@@ -105,12 +102,21 @@ def stored_batches(bootstrap: str, topic: str, partitions: int) -> list[StoredBa
                         data.partition_index,
                         batch.compression.name.lower(),
                         batch.producer_id,
+                        batch.producer_epoch,
                         batch.base_sequence,
                         batch.base_offset,
                         batch.record_count,
                     )
                 )
     return batches
+
+
+def check_codecs(stored: list[StoredBatch], codec: str) -> None:
+    """The batches were stored compressed with ``codec``. librdkafka, kafka-python and aiokafka
+    all send a batch uncompressed when compressing would not make it smaller (small batches
+    do that), so some "none" batches are allowed, but at least one must use the codec."""
+    codecs = {b.codec for b in stored}
+    assert codec in codecs and codecs <= {codec, "none"}, stored
 
 
 def restart_broker(broker: Any) -> None:
@@ -123,9 +129,53 @@ def restart_broker(broker: Any) -> None:
     before = broker.log_text().count("listening on")
     assert broker.stop() == 0, "the broker did not exit cleanly on SIGTERM"
     broker.restart()
-    wait_until(
-        lambda: broker.log_text().count("listening on") > before, 30, "the restarted broker"
-    )
+    wait_until(lambda: broker.log_text().count("listening on") > before, 30, "the restarted broker")
+
+
+class RestartLater(threading.Thread):
+    """Restart the broker (cleanly) ``delay`` seconds from now, while a client is busy."""
+
+    def __init__(self, broker: Any, delay: float) -> None:
+        super().__init__(daemon=True)
+        self.broker, self.delay = broker, delay
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        time.sleep(self.delay)
+        try:
+            restart_broker(self.broker)
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self) -> None:
+        self.join(60)
+        assert not self.is_alive(), "the restart did not finish"
+        if self.error is not None:
+            raise AssertionError(f"the restart failed: {self.error!r}") from self.error
+
+
+def check_idempotent_batches(stored: list[StoredBatch], partitions: int) -> None:
+    """One producer id on every batch, and per partition sequences that run on from 0 with
+    no gap and no repeat (starting again at 0 if the producer bumped its epoch): what an
+    idempotent producer wrote, deduplicated by the broker."""
+    producer_ids = {b.producer_id for b in stored}
+    assert len(producer_ids) == 1 and min(producer_ids) >= 0, producer_ids
+    for partition in range(partitions):
+        batches = sorted(
+            (b for b in stored if b.partition == partition), key=lambda b: b.base_offset
+        )
+        assert len(batches) > 1, "the test means to span several batches"
+        epoch, expected = -1, 0
+        for batch in batches:
+            if batch.producer_epoch != epoch:
+                assert batch.producer_epoch > epoch, f"epoch went back: {batch}"
+                epoch, expected = batch.producer_epoch, 0
+            assert batch.base_sequence == expected, f"sequence gap or repeat at {batch}"
+            expected += batch.record_count
+
+
+def idempotent_records(count: int) -> list[Triple]:
+    return [(b"k%d" % (i % 11), b"idem-%04d" % i, [("i", b"%d" % i)]) for i in range(count)]
 
 
 def wait_until(
@@ -209,7 +259,7 @@ class ChildCrashed(AssertionError):
 def _child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     try:
         result = fn(*args)
-    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+    except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     else:
         conn.send(("ok", result, ""))
@@ -256,70 +306,3 @@ def _crashed(fn: Callable[..., Any], code: int | None) -> ChildCrashed:
     else:
         how = f"exited with code {code} without a result"
     return ChildCrashed(f"{fn.__name__}: the client process {how}")
-
-
-# -- a broker with settings the CLI does not expose ---------------------------------------
-
-_LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
-
-_EMBEDDED = """
-import asyncio, logging, signal, sys
-from kayak.broker import Broker
-
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-
-async def main():
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    async with Broker(sys.argv[1], port=0, **eval(sys.argv[2])):
-        await stop.wait()
-
-asyncio.run(main())
-"""
-
-
-@dataclass
-class EmbeddedBrokerProcess:
-    """``kayak.broker.Broker(data_dir, port=0, **settings)`` in a subprocess."""
-
-    data_dir: Path
-    settings: dict[str, Any] = field(default_factory=dict)
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> EmbeddedBrokerProcess:
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-embedded.log"
-        settings = {"group_initial_rebalance_delay_ms": 0, **self.settings}
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", _EMBEDDED, str(self.data_dir), repr(settings)],
-                stdout=log,
-                stderr=log,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited: {self.log_text()[-2000:]}")
-            found = _LISTENING.findall(self.log_text())
-            if found:
-                self.port = int(found[-1][1])
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"broker did not start: {self.log_text()[-2000:]}")
-
-    def stop(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-        code = self.process.wait(30)
-        self.process = None
-        return code
-
-    def log_text(self) -> str:
-        return self.log_path.read_text() if self.log_path else ""

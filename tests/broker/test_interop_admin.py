@@ -2,8 +2,7 @@
 
 confluent-kafka's AdminClient covers everything (each scenario in a child process, so a
 librdkafka crash fails the test); kafka-python's KafkaAdminClient and aiokafka's
-AIOKafkaAdminClient cover the subset they implement. The retention test at the end needs a
-broker whose retention check runs often, which the CLI cannot ask for (see that test).
+AIOKafkaAdminClient cover the subset they implement.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from tests.broker.conftest import BrokerProcess
 from tests.broker.interop_helpers import (
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
-    EmbeddedBrokerProcess,
     create_topic,
     restart_broker,
     run_isolated,
@@ -141,7 +139,9 @@ def create_topics_scenario(bootstrap: str, prefix: str) -> None:
     (described,) = admin.describe_topics(TopicCollection([good])).values()
     description = described.result(15)
     assert [p.id for p in description.partitions] == [0, 1, 2]
-    assert all(p.leader.id == 0 and [r.id for r in p.replicas] == [0] for p in description.partitions)
+    assert all(
+        p.leader.id == 0 and [r.id for r in p.replicas] == [0] for p in description.partitions
+    )
     assert not description.is_internal
 
     overrides = {k: v for k, (v, source, _) in _configs(admin, configured).items() if source == 1}
@@ -210,7 +210,9 @@ def delete_and_grow_scenario(bootstrap: str, prefix: str) -> None:
     # The new partitions take records.
     producer = Producer({"bootstrap.servers": bootstrap, "topic.metadata.refresh.interval.ms": 500})
     reports: list[Any] = []
-    producer.produce(growing, value=b"new", partition=4, on_delivery=lambda e, m: reports.append((e, m)))
+    producer.produce(
+        growing, value=b"new", partition=4, on_delivery=lambda e, m: reports.append((e, m))
+    )
     assert producer.flush(15) == 0
     ((error, message),) = reports
     assert error is None and (message.partition(), message.offset()) == (4, 0)
@@ -253,6 +255,7 @@ def configs_scenario(bootstrap: str, topic: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
     reports: list[Any] = []
     producer.produce(topic, value=b"x" * 5000, on_delivery=lambda e, m: reports.append(e))
+    assert producer.flush(15) == 0
     producer.produce(topic, value=b"small", on_delivery=lambda e, m: reports.append(e))
     assert producer.flush(15) == 0
     assert reports[0] is not None and reports[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, reports
@@ -278,7 +281,9 @@ def configs_scenario(bootstrap: str, topic: str) -> None:
     )
     (future,) = admin.incremental_alter_configs([missing]).values()
     assert _code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART
-    (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, f"{topic}-missing")]).values()
+    (future,) = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, f"{topic}-missing")]
+    ).values()
     assert _code(future) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
     # Legacy AlterConfigs replaces the whole set of overrides.
@@ -289,6 +294,14 @@ def configs_scenario(bootstrap: str, topic: str) -> None:
     overrides = {k: v for k, (v, source, _) in replaced.items() if source == 1}
     assert overrides == {"segment.bytes": "1048576"}
     assert replaced["max.message.bytes"] == ("1048588", ConfigSource.DEFAULT_CONFIG.value, True)
+
+    # The broker's own defaults go by Kafka's broker property names.
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    broker = {name: entry.value for name, entry in future.result(15).items()}
+    assert broker["log.retention.ms"] == "604800000", broker
+    assert broker["log.segment.bytes"] == "1073741824", broker
+    assert broker["message.max.bytes"] == "1048588", broker
+    assert "retention.ms" not in broker and "segment.bytes" not in broker, broker
 
 
 @pytest.mark.timeout(60)
@@ -326,7 +339,12 @@ def offsets_scenario(bootstrap: str, topic: str) -> None:
     assert _code(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("reader"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
     )
     try:
         assert consumer.get_watermark_offsets(tp, 10) == (12, 30)
@@ -338,14 +356,15 @@ def offsets_scenario(bootstrap: str, topic: str) -> None:
             msg = consumer.poll(0.2)
         assert msg.error() is None, msg.error()
         assert (msg.offset(), msg.value()) == (12, b"v12")
-        # A consumer positioned below the new start offset is reset rather than served.
+        # A consumer positioned below the new start offset gets OFFSET_OUT_OF_RANGE and
+        # resets (auto.offset.reset=earliest) to the new start rather than being served.
         consumer.assign([TopicPartition(topic, 0, 3)])
         msg = None
         while msg is None:
             assert time.monotonic() < deadline, "nothing consumed after the reset"
             msg = consumer.poll(0.2)
         assert msg.error() is None, msg.error()
-        assert msg.offset() in (12, 30) and msg.offset() == 12, msg.offset()
+        assert (msg.offset(), msg.value()) == (12, b"v12")
     finally:
         consumer.close()
 
@@ -386,9 +405,8 @@ def groups_scenario(bootstrap: str, topic: str, group: str) -> None:
         return all(len(c.assignment()) == 2 for c in consumers)
 
     wait_until(both_assigned, 30, "both members to hold two partitions")
-    consumers[0].commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False) if any(
-        tp.partition == 0 for tp in consumers[0].assignment()
-    ) else consumers[1].commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    (owner,) = [c for c in consumers if any(tp.partition == 0 for tp in c.assignment())]
+    owner.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
 
     listed = admin.list_consumer_groups().result(15)
     assert not listed.errors, listed.errors
@@ -403,8 +421,12 @@ def groups_scenario(bootstrap: str, topic: str, group: str) -> None:
     assert description.coordinator.id == 0
     assert sorted(m.client_id for m in description.members) == ["member-0", "member-1"]
     assert all(m.host.lstrip("/") == "127.0.0.1" for m in description.members)
-    owned = [sorted(tp.partition for tp in m.assignment.topic_partitions) for m in description.members]
-    assert sorted(p for parts in owned for p in parts) == [0, 1, 2, 3] and all(len(o) == 2 for o in owned)
+    owned = [
+        sorted(tp.partition for tp in m.assignment.topic_partitions) for m in description.members
+    ]
+    assert sorted(p for parts in owned for p in parts) == [0, 1, 2, 3] and all(
+        len(o) == 2 for o in owned
+    )
     unknown = described[f"{group}-none"].result(15)
     assert unknown.state == ConsumerGroupState.DEAD and not unknown.members
 
@@ -457,7 +479,13 @@ def describe_scenario(bootstrap: str, topic: str) -> tuple[str, int, str, int, s
     cluster = admin.describe_cluster().result(15)
     (node,) = cluster.nodes
     (future,) = admin.describe_topics(TopicCollection([topic])).values()
-    return cluster.cluster_id, cluster.controller.id, node.host, node.port, str(future.result(15).topic_id)
+    return (
+        cluster.cluster_id,
+        cluster.controller.id,
+        node.host,
+        node.port,
+        str(future.result(15).topic_id),
+    )
 
 
 @pytest.mark.timeout(60)
@@ -504,7 +532,9 @@ def test_kafka_python_admin(broker_process: BrokerProcess) -> None:
         (described,) = admin.describe_topics([topic])
         assert [p["partition_index"] for p in described["partitions"]] == [0, 1]
         cluster = admin.describe_cluster()
-        assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(0, broker_process.port)]
+        assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [
+            (0, broker_process.port)
+        ]
 
         admin.create_partitions({topic: KNewPartitions(3)})
         (described,) = admin.describe_topics([topic])
@@ -520,6 +550,11 @@ def test_kafka_python_admin(broker_process: BrokerProcess) -> None:
         assert altered == {"topic": {topic: "OK"}}, altered
         shown = admin.describe_configs([resource])["topic"][topic]
         assert shown["retention.ms"]["value"] == "7200000"
+        broker = admin.describe_configs(
+            [KConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all"
+        )["broker"]["0"]
+        assert broker["log.retention.ms"]["value"] == "604800000", broker
+        assert "retention.ms" not in broker, broker
 
         producer = KafkaProducer(bootstrap_servers=bootstrap)
         for i in range(10):
@@ -731,12 +766,10 @@ def retention_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(60)
 def test_retention_bytes_set_through_a_client(tmp_path: Path) -> None:
-    """Needs the retention check to run every few hundred ms. The CLI has no flag for
-    ``log.retention.check.interval.ms`` (BrokerConfig.retention_check_interval_ms, 5 min by
-    default), so this runs ``kayak.broker.Broker`` embedded in a subprocess instead; with a
-    ``--retention-check-interval-ms`` flag it could use the ``broker_process`` fixture."""
-    broker = EmbeddedBrokerProcess(
-        tmp_path / "data", {"retention_check_interval_ms": 200}
+    """A retention check every 200 ms (``--retention-check-interval-ms``; Kafka's
+    ``log.retention.check.interval.ms`` defaults to 5 minutes)."""
+    broker = BrokerProcess(
+        tmp_path / "data", extra_args=["--retention-check-interval-ms", "200"]
     ).start()
     topic = unique("retained")
     try:

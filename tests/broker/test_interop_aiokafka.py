@@ -7,6 +7,7 @@ so these tests cover the broker's older encodings that librdkafka never asks for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +20,13 @@ from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
+    RestartLater,
     Triple,
+    check_codecs,
+    check_idempotent_batches,
     check_round_trip,
     create_topic,
+    idempotent_records,
     mixed_records,
     restart_broker,
     stored_batches,
@@ -29,10 +34,11 @@ from tests.broker.interop_helpers import (
 )
 
 PARTITIONS = 3
+T0 = 1_600_000_000_000  # a CreateTime stamp far from now
 
 
 def _producer(bootstrap: str, **extra: Any) -> AIOKafkaProducer:
-    return AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **extra)
+    return AIOKafkaProducer(**{"bootstrap_servers": bootstrap, "linger_ms": 5, **extra})
 
 
 def _consumer(bootstrap: str, group: str | None, **extra: Any) -> AIOKafkaConsumer:
@@ -116,8 +122,119 @@ def test_every_codec_round_trips(broker_process: BrokerProcess, codec: str) -> N
 
     asyncio.run(scenario())
     stored = stored_batches(bootstrap, topic, PARTITIONS)
-    assert {b.codec for b in stored} == {codec}, stored
+    check_codecs(stored, codec)
     assert sum(b.record_count for b in stored) == 80
+
+
+# -- timestamps, records larger than the fetch size, long polling ---------------------------
+
+
+@pytest.mark.timeout(60)
+def test_create_time_and_log_append_time(broker_process: BrokerProcess) -> None:
+    """CreateTime stamps are kept; LogAppendTime topics are stamped by the broker, which
+    rewrites the batch (the consumer checks CRCs, so a stale CRC fails here)."""
+    bootstrap = broker_process.bootstrap_servers
+    create_time, append_time = unique("aiokafka-ct"), unique("aiokafka-lat")
+    create_topic(bootstrap, create_time, 1)
+    create_topic(bootstrap, append_time, 1, {"message.timestamp.type": "LogAppendTime"})
+
+    async def scenario() -> None:
+        producer = _producer(bootstrap)
+        await producer.start()
+        before = int(time.time() * 1000)
+        try:
+            kept = await producer.send_and_wait(create_time, b"c", timestamp_ms=1_600_000_000_000)
+            stamped = await producer.send_and_wait(
+                append_time, b"a", timestamp_ms=1_600_000_000_000
+            )
+        finally:
+            await producer.stop()
+        after = int(time.time() * 1000)
+        assert (kept.timestamp, kept.timestamp_type) == (T0, 0)
+        assert stamped.timestamp_type == 1
+        assert before - 5000 <= stamped.timestamp <= after + 1000, (before, stamped, after)
+
+        consumer = _consumer(bootstrap, None, check_crcs=True)
+        await consumer.start()
+        consumer.assign([TopicPartition(create_time, 0), TopicPartition(append_time, 0)])
+        seen: dict[str, tuple[int, int]] = {}
+        deadline = time.monotonic() + 15
+        try:
+            while len(seen) < 2:
+                assert time.monotonic() < deadline, seen
+                for tp, records in (await consumer.getmany(timeout_ms=200)).items():
+                    seen.update((tp.topic, (r.timestamp_type, r.timestamp)) for r in records)
+        finally:
+            await consumer.stop()
+        assert seen == {
+            create_time: (0, T0),
+            append_time: (1, stamped.timestamp),
+        }
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(60)
+def test_record_larger_than_fetch_sizes(broker_process: BrokerProcess) -> None:
+    """KIP-74: the first batch comes back even when it exceeds both fetch size limits."""
+    bootstrap = broker_process.bootstrap_servers
+    topic = unique("aiokafka-large")
+    create_topic(bootstrap, topic, 1)
+    big = bytes(range(256)) * 2800
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        producer = _producer(bootstrap, max_request_size=1_000_000)
+        await producer.start()
+        try:
+            await _produce(producer, topic, [(b"big", big, []), (b"small", b"s", [])], 0)
+        finally:
+            await producer.stop()
+        consumer = _consumer(bootstrap, None, max_partition_fetch_bytes=1024, fetch_max_bytes=1024)
+        await consumer.start()
+        consumer.assign([TopicPartition(topic, 0)])
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 15
+        try:
+            while len(got) < 2:
+                assert time.monotonic() < deadline, [offset for offset, _ in got]
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend((r.offset, r.value) for r in records)
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(scenario()) == [(0, big), (1, b"s")]
+
+
+@pytest.mark.timeout(60)
+def test_long_poll_is_woken_by_an_append(broker_process: BrokerProcess) -> None:
+    """With fetch_max_wait_ms=5000 a parked fetch must return when the record arrives."""
+    bootstrap = broker_process.bootstrap_servers
+    topic = unique("aiokafka-long-poll")
+    create_topic(bootstrap, topic, 1)
+
+    async def scenario() -> tuple[list[bytes], float]:
+        consumer = _consumer(bootstrap, None, fetch_max_wait_ms=5000)
+        producer = _producer(bootstrap, linger_ms=0)
+        await consumer.start()
+        await producer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            assert await consumer.getmany(timeout_ms=1000) == {}  # park a fetch
+            await producer.send_and_wait(topic, b"wake up")
+            started = time.monotonic()
+            got: list[bytes] = []
+            while not got and time.monotonic() - started < 10:
+                for records in (await consumer.getmany(timeout_ms=20)).values():
+                    got.extend(r.value for r in records)
+            return got, time.monotonic() - started
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    got, waited = asyncio.run(scenario())
+    assert got == [b"wake up"]
+    assert waited < 2.0, f"the record took {waited:.2f}s to arrive: the fetch was not woken"
 
 
 # -- 2. a two-member group that rebalances ---------------------------------------------------
@@ -169,10 +286,8 @@ class Member:
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-            except asyncio.CancelledError:
-                pass
         await self.consumer.stop()
 
 
@@ -214,8 +329,10 @@ def test_group_of_two_rebalances_and_hands_over(broker_process: BrokerProcess) -
             return check
 
         def split_evenly() -> bool:
-            return bool(a.assigned and b.assigned) and not a.assigned & b.assigned and (
-                a.assigned | b.assigned == every
+            return (
+                bool(a.assigned and b.assigned)
+                and not a.assigned & b.assigned
+                and (a.assigned | b.assigned == every)
             )
 
         try:
@@ -322,35 +439,41 @@ def test_committed_offset_survives_restart(broker_process: BrokerProcess) -> Non
 # -- 4. idempotent producer -----------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_idempotent_producer_writes_no_duplicates(broker_process: BrokerProcess) -> None:
+    """An idempotent producer keeps producing while the broker restarts: requests in flight
+    at the stop are retried, and the broker must store each record once."""
     bootstrap = broker_process.bootstrap_servers
     topic = unique("aiokafka-idempotent")
     create_topic(bootstrap, topic, PARTITIONS)
-    records: list[Triple] = [
-        (b"k%d" % (i % 11), b"idem-%04d" % i, [("i", b"%d" % i)]) for i in range(600)
-    ]
+    records = idempotent_records(600)
 
-    async def scenario() -> tuple[list[tuple[int, int, Triple]], dict[int, Any]]:
-        producer = _producer(bootstrap, enable_idempotence=True, acks="all", max_batch_size=2048)
+    async def scenario() -> list[tuple[int, int, Triple]]:
+        producer = _producer(
+            bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            max_batch_size=1024,
+            retry_backoff_ms=50,
+            request_timeout_ms=10_000,
+        )
         await producer.start()
+        restart = RestartLater(broker_process, delay=1.0)
+        restart.start()
         try:
-            sent = await _produce(producer, topic, records)
+            futures = []
+            for key, value, headers in records:
+                futures.append(await producer.send(topic, value=value, key=key, headers=headers))
+                await asyncio.sleep(0.004)
+            sent = []
+            for future, record in zip(futures, records, strict=True):
+                metadata = await asyncio.wait_for(future, 40)
+                sent.append((metadata.partition, metadata.offset, record))
         finally:
             await producer.stop()
-        return sent, await _read_to_end(bootstrap, topic, PARTITIONS)
+            await asyncio.get_running_loop().run_in_executor(None, restart.finish)
+        return sent
 
-    sent, consumed = asyncio.run(scenario())
-    values = [record[1] for part in consumed.values() for _, record in part]
-    assert len(values) == len(set(values)) == 600, "duplicates or losses"
-    check_round_trip(sent, consumed)
-    stored = stored_batches(bootstrap, topic, PARTITIONS)
-    producer_ids = {b.producer_id for b in stored}
-    assert len(producer_ids) == 1 and min(producer_ids) >= 0, producer_ids
-    for partition in range(PARTITIONS):
-        batches = sorted((b for b in stored if b.partition == partition), key=lambda b: b.base_offset)
-        counts = [b.record_count for b in batches]
-        assert len(batches) > 1, "the test means to span several batches"
-        assert [b.base_sequence for b in batches] == [sum(counts[:i]) for i in range(len(counts))]
-
-
+    sent = asyncio.run(scenario())
+    check_round_trip(sent, asyncio.run(_read_to_end(bootstrap, topic, PARTITIONS)))
+    check_idempotent_batches(stored_batches(bootstrap, topic, PARTITIONS), PARTITIONS)

@@ -11,16 +11,28 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from tests.broker.conftest import BrokerProcess
 from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
+    RestartLater,
     Triple,
+    check_codecs,
+    check_idempotent_batches,
     check_round_trip,
     create_topic,
+    idempotent_records,
     mixed_records,
     restart_broker,
     run_isolated,
@@ -127,14 +139,14 @@ def test_every_codec_round_trips(broker_process: BrokerProcess, codec: str) -> N
     create_topic(bootstrap, topic, PARTITIONS)
     run_isolated(codec_round_trip, bootstrap, topic, codec, timeout=45)
     stored = stored_batches(bootstrap, topic, PARTITIONS)
-    assert {b.codec for b in stored} == {codec}, stored
+    check_codecs(stored, codec)
     assert sum(b.record_count for b in stored) == 80
 
 
 # -- 2. a two-member group that rebalances ---------------------------------------------------
 
 
-def group_rebalance(bootstrap: str, topic: str, group: str, partitions: int) -> None:
+def group_rebalance(bootstrap: str, topic: str, group: str, partitions: int, strategy: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     produced: list[bytes] = []
 
@@ -155,7 +167,7 @@ def group_rebalance(bootstrap: str, topic: str, group: str, partitions: int) -> 
         def on_revoke(consumer: Any, parts: list[TopicPartition]) -> None:
             assigned[name] -= {p.partition for p in parts}
 
-        members[name] = _consumer(bootstrap, group)
+        members[name] = _consumer(bootstrap, group, **{"partition.assignment.strategy": strategy})
         members[name].subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
 
     def pump(names: list[str], done: Any, what: str, timeout: float = 30.0) -> None:
@@ -225,11 +237,183 @@ def group_rebalance(bootstrap: str, topic: str, group: str, partitions: int) -> 
 
 
 @pytest.mark.timeout(90)
-def test_group_of_two_rebalances_and_hands_over(broker_process: BrokerProcess) -> None:
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_group_of_two_rebalances_and_hands_over(
+    broker_process: BrokerProcess, strategy: str
+) -> None:
+    """Eager (range) and incremental cooperative (cooperative-sticky) rebalancing."""
     bootstrap = broker_process.bootstrap_servers
     topic = unique("confluent-group")
     create_topic(bootstrap, topic, 4)
-    run_isolated(group_rebalance, bootstrap, topic, unique("group"), 4, timeout=80)
+    run_isolated(group_rebalance, bootstrap, topic, unique("group"), 4, strategy, timeout=80)
+
+
+def static_member_returns(bootstrap: str, topic: str, group: str) -> None:
+    """KIP-345: a static member that closes and comes back within its session timeout gets
+    its own partitions back, and the other member is not rebalanced meanwhile."""
+    assigned: dict[str, set[int]] = {"one": set(), "two": set()}
+    revoked: dict[str, int] = {"one": 0, "two": 0}
+
+    def member(name: str) -> Consumer:
+        def on_assign(consumer: Any, parts: list[TopicPartition]) -> None:
+            assigned[name] |= {p.partition for p in parts}
+
+        def on_revoke(consumer: Any, parts: list[TopicPartition]) -> None:
+            assigned[name] -= {p.partition for p in parts}
+            revoked[name] += 1
+
+        consumer = _consumer(
+            bootstrap,
+            group,
+            **{"group.instance.id": name, "session.timeout.ms": 10_000},
+        )
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        return consumer
+
+    one, two = member("one"), member("two")
+
+    def settled() -> bool:
+        one.poll(0.05)
+        two.poll(0.05)
+        return bool(assigned["one"] and assigned["two"])
+
+    deadline = time.monotonic() + 30
+    while not settled():
+        assert time.monotonic() < deadline, assigned
+    time.sleep(0.5)
+    one.poll(0.05)
+    two.poll(0.05)
+    before = {name: set(parts) for name, parts in assigned.items()}
+    assert before["one"] | before["two"] == {0, 1, 2, 3} and not before["one"] & before["two"]
+    revoked_before = revoked["two"]
+
+    one.close()  # a static member's close sends no LeaveGroup
+    assigned["one"] = set()
+    one = member("one")
+    deadline = time.monotonic() + 20
+    while assigned["one"] != before["one"]:
+        assert time.monotonic() < deadline, f"the static member came back to {assigned}"
+        one.poll(0.05)
+        two.poll(0.05)
+    for _ in range(10):
+        two.poll(0.05)
+    assert assigned["two"] == before["two"] and revoked["two"] == revoked_before, (
+        "the other member was rebalanced"
+    )
+    one.close()
+    two.close()
+
+
+@pytest.mark.timeout(60)
+def test_static_member_rejoins_without_rebalance(broker_process: BrokerProcess) -> None:
+    bootstrap = broker_process.bootstrap_servers
+    topic = unique("confluent-static")
+    create_topic(bootstrap, topic, 4)
+    run_isolated(static_member_returns, bootstrap, topic, unique("group"), timeout=50)
+
+
+# -- timestamps, records larger than the fetch size, long polling ---------------------------
+
+
+def timestamps_scenario(bootstrap: str, create_time: str, append_time: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    reports: dict[str, Any] = {}
+    for topic in (create_time, append_time):
+        producer.produce(
+            topic,
+            value=topic.encode(),
+            timestamp=1_600_000_000_000,
+            on_delivery=lambda err, msg, t=topic: reports.update({t: (err, msg.timestamp())}),
+        )
+    before = int(time.time() * 1000)
+    assert producer.flush(15) == 0
+    after = int(time.time() * 1000)
+    assert reports[create_time] == (None, (TIMESTAMP_CREATE_TIME, 1_600_000_000_000))
+    err, (kind, stamped) = reports[append_time]
+    assert err is None and kind == TIMESTAMP_LOG_APPEND_TIME, reports
+    assert before - 5000 <= stamped <= after + 1000, (before, stamped, after)
+
+    consumer = _consumer(bootstrap, unique("reader"), **{"check.crcs": True})
+    consumer.assign([TopicPartition(create_time, 0, 0), TopicPartition(append_time, 0, 0)])
+    seen: dict[str, Any] = {}
+    deadline = time.monotonic() + 15
+    while len(seen) < 2:
+        assert time.monotonic() < deadline, seen
+        msg = _check(consumer.poll(0.2))
+        if msg is not None:
+            seen[msg.topic()] = msg.timestamp()
+    consumer.close()
+    assert seen == {
+        create_time: (TIMESTAMP_CREATE_TIME, 1_600_000_000_000),
+        append_time: (TIMESTAMP_LOG_APPEND_TIME, stamped),
+    }
+
+
+@pytest.mark.timeout(60)
+def test_create_time_and_log_append_time(broker_process: BrokerProcess) -> None:
+    """The broker keeps CreateTime stamps and stamps LogAppendTime topics itself (rewriting
+    the batch, so its CRC must be redone: the consumer checks CRCs)."""
+    bootstrap = broker_process.bootstrap_servers
+    create_time, append_time = unique("confluent-ct"), unique("confluent-lat")
+    create_topic(bootstrap, create_time, 1)
+    create_topic(bootstrap, append_time, 1, {"message.timestamp.type": "LogAppendTime"})
+    run_isolated(timestamps_scenario, bootstrap, create_time, append_time)
+
+
+def large_record_scenario(bootstrap: str, topic: str) -> None:
+    big = bytes(range(256)) * 2800  # 716,800 bytes, incompressible enough
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 1_000_000})
+    _produce(producer, topic, [(b"big", big, []), (b"small", b"s", [])], partition=0)
+    # Far smaller fetch sizes than the record: KIP-74 says the first batch comes anyway.
+    consumer = _consumer(
+        bootstrap,
+        unique("reader"),
+        **{"max.partition.fetch.bytes": 1024, "fetch.max.bytes": 1024, "message.max.bytes": 1000},
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 2:
+        assert time.monotonic() < deadline, [offset for offset, _ in got]
+        msg = _check(consumer.poll(0.2))
+        if msg is not None:
+            got.append((msg.offset(), msg.value()))
+    consumer.close()
+    assert got == [(0, big), (1, b"s")]
+
+
+@pytest.mark.timeout(60)
+def test_record_larger_than_fetch_sizes(broker_process: BrokerProcess) -> None:
+    topic = unique("confluent-large")
+    create_topic(broker_process.bootstrap_servers, topic, 1)
+    run_isolated(large_record_scenario, broker_process.bootstrap_servers, topic)
+
+
+def long_poll_scenario(bootstrap: str, topic: str) -> float:
+    consumer = _consumer(bootstrap, unique("reader"), **{"fetch.wait.max.ms": 5000})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    for _ in range(10):  # connect and park a fetch on the broker
+        assert consumer.poll(0.1) is None
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, value=b"wake up")
+    producer.flush(10)
+    started = time.monotonic()
+    msg = None
+    while msg is None and time.monotonic() - started < 10:
+        msg = _check(consumer.poll(0.01))
+    waited = time.monotonic() - started
+    consumer.close()
+    assert msg is not None and msg.value() == b"wake up"
+    return waited
+
+
+@pytest.mark.timeout(60)
+def test_long_poll_is_woken_by_an_append(broker_process: BrokerProcess) -> None:
+    """With fetch.wait.max.ms=5000 a parked fetch must return when the record arrives."""
+    topic = unique("confluent-long-poll")
+    create_topic(broker_process.bootstrap_servers, topic, 1)
+    waited = run_isolated(long_poll_scenario, broker_process.bootstrap_servers, topic)
+    assert waited < 2.0, f"the record took {waited:.2f}s to arrive: the fetch was not woken"
 
 
 # -- 3. committed offsets survive a broker restart ------------------------------------------
@@ -283,38 +467,52 @@ def test_committed_offset_survives_restart(broker_process: BrokerProcess) -> Non
 # -- 4. idempotent producer -----------------------------------------------------------------
 
 
-def idempotent_produce(bootstrap: str, topic: str) -> None:
+def idempotent_produce(bootstrap: str, topic: str, count: int) -> list[tuple[int, int, Triple]]:
+    """Produce ``count`` records at a steady pace (the broker restarts meanwhile)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 2,
-            "batch.num.messages": 50,
+            "batch.num.messages": 20,
+            "message.timeout.ms": 40_000,
+            "retry.backoff.ms": 50,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 300,
         }
     )
-    records: list[Triple] = [
-        (b"k%d" % (i % 11), b"idem-%04d" % i, [("i", b"%d" % i)]) for i in range(600)
-    ]
-    sent = _produce(producer, topic, records)
-    consumed = _read_to_end(bootstrap, topic, PARTITIONS)
-    values = [record[1] for part in consumed.values() for _, record in part]
-    assert len(values) == len(set(values)) == 600, "duplicates or losses"
-    check_round_trip(sent, consumed)
+    records = idempotent_records(count)
+    reports: dict[int, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def delivered(index: int) -> Any:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(f"record {index}: {err}")
+            else:
+                reports[index] = (msg.partition(), msg.offset())
+
+        return report
+
+    for index, (key, value, headers) in enumerate(records):
+        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered(index))
+        producer.poll(0.004)
+    assert producer.flush(40) == 0, "records still undelivered"
+    assert not errors, errors[:3]
+    return [(*reports[i], record) for i, record in enumerate(records)]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_idempotent_producer_writes_no_duplicates(broker_process: BrokerProcess) -> None:
+    """An idempotent producer keeps producing while the broker restarts: requests in flight
+    at the stop are retried, and the broker must store each record once."""
     bootstrap = broker_process.bootstrap_servers
     topic = unique("confluent-idempotent")
     create_topic(bootstrap, topic, PARTITIONS)
-    run_isolated(idempotent_produce, bootstrap, topic, timeout=45)
-    stored = stored_batches(bootstrap, topic, PARTITIONS)
-    producer_ids = {b.producer_id for b in stored}
-    assert len(producer_ids) == 1 and min(producer_ids) >= 0, producer_ids
-    for partition in range(PARTITIONS):
-        batches = sorted((b for b in stored if b.partition == partition), key=lambda b: b.base_offset)
-        sequences = [b.base_sequence for b in batches]
-        counts = [b.record_count for b in batches]
-        # Sequences run on without gaps or repeats, batch after batch.
-        assert sequences == [sum(counts[:i]) for i in range(len(counts))], sequences
+    restart = RestartLater(broker_process, delay=1.0)
+    restart.start()
+    sent = run_isolated(idempotent_produce, bootstrap, topic, 600, timeout=75)
+    restart.finish()
+    check_round_trip(sent, run_isolated(_read_to_end, bootstrap, topic, PARTITIONS))
+    check_idempotent_batches(stored_batches(bootstrap, topic, PARTITIONS), PARTITIONS)

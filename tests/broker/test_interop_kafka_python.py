@@ -21,9 +21,13 @@ from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
+    RestartLater,
     Triple,
+    check_codecs,
+    check_idempotent_batches,
     check_round_trip,
     create_topic,
+    idempotent_records,
     mixed_records,
     restart_broker,
     stored_batches,
@@ -33,6 +37,7 @@ from tests.broker.interop_helpers import (
 from tests.records import kafka_python_codecs
 
 PARTITIONS = 3
+T0 = 1_600_000_000_000  # a CreateTime stamp far from now
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +46,7 @@ def codecs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _producer(bootstrap: str, **extra: Any) -> KafkaProducer:
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **extra)
+    return KafkaProducer(**{"bootstrap_servers": bootstrap, "linger_ms": 5, **extra})
 
 
 def _consumer(bootstrap: str, group: str | None, **extra: Any) -> KafkaConsumer:
@@ -114,7 +119,7 @@ def test_every_codec_round_trips(broker_process: BrokerProcess, codec: str) -> N
         producer.close(5)
     check_round_trip(sent, _read_to_end(bootstrap, topic, PARTITIONS))
     stored = stored_batches(bootstrap, topic, PARTITIONS)
-    assert {b.codec for b in stored} == {codec}, stored
+    check_codecs(stored, codec)
     assert sum(b.record_count for b in stored) == 80
 
 
@@ -128,6 +133,93 @@ def test_inferred_broker_version_is_a_real_release(broker_process: BrokerProcess
         producer.close(5)
     # kayak advertises the API ranges of Kafka 3.9 (kayak/broker/versions.py).
     assert version == (3, 9), version
+
+
+# -- timestamps, records larger than the fetch size, long polling ---------------------------
+
+
+@pytest.mark.timeout(60)
+def test_create_time_and_log_append_time(broker_process: BrokerProcess) -> None:
+    """CreateTime stamps are kept; LogAppendTime topics are stamped by the broker, which
+    rewrites the batch (kafka-python checks CRCs, so a stale CRC fails here)."""
+    bootstrap = broker_process.bootstrap_servers
+    create_time, append_time = unique("kafka-python-ct"), unique("kafka-python-lat")
+    create_topic(bootstrap, create_time, 1)
+    create_topic(bootstrap, append_time, 1, {"message.timestamp.type": "LogAppendTime"})
+    producer = _producer(bootstrap)
+    before = int(time.time() * 1000)
+    try:
+        kept = producer.send(create_time, b"c", timestamp_ms=T0).get(10)
+        stamped = producer.send(append_time, b"a", timestamp_ms=T0).get(10)
+    finally:
+        producer.close(5)
+    after = int(time.time() * 1000)
+    assert kept.timestamp == T0
+    assert before - 5000 <= stamped.timestamp <= after + 1000, (before, stamped, after)
+
+    consumer = _consumer(bootstrap, None, check_crcs=True)
+    consumer.assign([TopicPartition(create_time, 0), TopicPartition(append_time, 0)])
+    seen: dict[str, tuple[int, int]] = {}
+    deadline = time.monotonic() + 15
+    try:
+        while len(seen) < 2:
+            assert time.monotonic() < deadline, seen
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                seen.update((tp.topic, (r.timestamp_type, r.timestamp)) for r in records)
+    finally:
+        consumer.close()
+    assert seen == {create_time: (0, T0), append_time: (1, stamped.timestamp)}
+
+
+@pytest.mark.timeout(60)
+def test_record_larger_than_fetch_sizes(broker_process: BrokerProcess) -> None:
+    """KIP-74: the first batch comes back even when it exceeds both fetch size limits."""
+    bootstrap = broker_process.bootstrap_servers
+    topic = unique("kafka-python-large")
+    create_topic(bootstrap, topic, 1)
+    big = bytes(range(256)) * 2800
+    producer = _producer(bootstrap, max_request_size=1_000_000)
+    try:
+        _produce(producer, topic, [(b"big", big, []), (b"small", b"s", [])], partition=0)
+    finally:
+        producer.close(5)
+    consumer = _consumer(bootstrap, None, max_partition_fetch_bytes=1024, fetch_max_bytes=1024)
+    consumer.assign([TopicPartition(topic, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 15
+    try:
+        while len(got) < 2:
+            assert time.monotonic() < deadline, [offset for offset, _ in got]
+            for records in consumer.poll(timeout_ms=200).values():
+                got.extend((r.offset, r.value) for r in records)
+    finally:
+        consumer.close()
+    assert got == [(0, big), (1, b"s")]
+
+
+@pytest.mark.timeout(60)
+def test_long_poll_is_woken_by_an_append(broker_process: BrokerProcess) -> None:
+    """With fetch_max_wait_ms=5000 a parked fetch must return when the record arrives."""
+    bootstrap = broker_process.bootstrap_servers
+    topic = unique("kafka-python-long-poll")
+    create_topic(bootstrap, topic, 1)
+    consumer = _consumer(bootstrap, None, fetch_max_wait_ms=5000)
+    consumer.assign([TopicPartition(topic, 0)])
+    producer = _producer(bootstrap, linger_ms=0)
+    try:
+        assert consumer.poll(timeout_ms=1000) == {}  # connect and park a fetch
+        producer.send(topic, b"wake up").get(10)
+        started = time.monotonic()
+        got: list[bytes] = []
+        while not got and time.monotonic() - started < 10:
+            for records in consumer.poll(timeout_ms=20).values():
+                got.extend(r.value for r in records)
+        waited = time.monotonic() - started
+    finally:
+        producer.close(5)
+        consumer.close()
+    assert got == [b"wake up"]
+    assert waited < 2.0, f"the record took {waited:.2f}s to arrive: the fetch was not woken"
 
 
 # -- 2. a two-member group that rebalances ---------------------------------------------------
@@ -230,8 +322,10 @@ def test_group_of_two_rebalances_and_hands_over(broker_process: BrokerProcess) -
         return check
 
     def split_evenly() -> bool:
-        return bool(a.assigned and b.assigned) and not a.assigned & b.assigned and (
-            a.assigned | b.assigned == every
+        return (
+            bool(a.assigned and b.assigned)
+            and not a.assigned & b.assigned
+            and (a.assigned | b.assigned == every)
         )
 
     try:
@@ -241,7 +335,7 @@ def test_group_of_two_rebalances_and_hands_over(broker_process: BrokerProcess) -
         wait_until(healthy(lambda: len(consumed) == len(produced)), 20, "A to consume round one")
 
         b.start()
-        wait_until(healthy(split_evenly), 30, f"a disjoint covering split ({a.assigned}, {b.assigned})")
+        wait_until(healthy(split_evenly), 30, "a disjoint covering split of A and B")
         b_from_a = set(b.assigned)
         mark = len(consumed)
         produce_round("two")
@@ -327,28 +421,38 @@ def test_committed_offset_survives_restart(broker_process: BrokerProcess) -> Non
 # -- 4. idempotent producer -----------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_idempotent_producer_writes_no_duplicates(broker_process: BrokerProcess) -> None:
+    """An idempotent producer keeps producing while the broker restarts: requests in flight
+    at the stop are retried, and the broker must store each record once."""
     bootstrap = broker_process.bootstrap_servers
     topic = unique("kafka-python-idempotent")
     create_topic(bootstrap, topic, PARTITIONS)
-    producer = _producer(bootstrap, enable_idempotence=True, acks="all", batch_size=2048)
-    records: list[Triple] = [
-        (b"k%d" % (i % 11), b"idem-%04d" % i, [("i", b"%d" % i)]) for i in range(600)
-    ]
+    producer = _producer(
+        bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        batch_size=1024,
+        retry_backoff_ms=50,
+        reconnect_backoff_ms=50,
+        reconnect_backoff_max_ms=300,
+        delivery_timeout_ms=40_000,
+    )
+    records = idempotent_records(600)
+    restart = RestartLater(broker_process, delay=1.0)
+    restart.start()
     try:
-        sent = _produce(producer, topic, records)
+        futures = []
+        for key, value, headers in records:
+            futures.append(producer.send(topic, value=value, key=key, headers=headers))
+            time.sleep(0.004)
+        producer.flush(40)
+        sent = []
+        for future, record in zip(futures, records, strict=True):
+            metadata = future.get(timeout=10)
+            sent.append((metadata.partition, metadata.offset, record))
     finally:
         producer.close(5)
-    consumed = _read_to_end(bootstrap, topic, PARTITIONS)
-    values = [record[1] for part in consumed.values() for _, record in part]
-    assert len(values) == len(set(values)) == 600, "duplicates or losses"
-    check_round_trip(sent, consumed)
-    stored = stored_batches(bootstrap, topic, PARTITIONS)
-    producer_ids = {b.producer_id for b in stored}
-    assert len(producer_ids) == 1 and min(producer_ids) >= 0, producer_ids
-    for partition in range(PARTITIONS):
-        batches = sorted((b for b in stored if b.partition == partition), key=lambda b: b.base_offset)
-        counts = [b.record_count for b in batches]
-        assert len(batches) > 1, "the test means to span several batches"
-        assert [b.base_sequence for b in batches] == [sum(counts[:i]) for i in range(len(counts))]
+        restart.finish()
+    check_round_trip(sent, _read_to_end(bootstrap, topic, PARTITIONS))
+    check_idempotent_batches(stored_batches(bootstrap, topic, PARTITIONS), PARTITIONS)
