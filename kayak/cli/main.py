@@ -8,9 +8,11 @@ import click
 
 from kayak import __version__
 from kayak.cli.broker import broker
+from kayak.cli.consume import consume
 from kayak.cli.demo import demo
 from kayak.cli.groups import groups
 from kayak.cli.partitions import partitions
+from kayak.cli.produce import produce
 from kayak.cli.topics import topics
 
 
@@ -28,6 +30,8 @@ cli.add_command(demo)
 cli.add_command(partitions)
 cli.add_command(topics)
 cli.add_command(groups)
+cli.add_command(consume)
+cli.add_command(produce)
 
 
 def main() -> None:

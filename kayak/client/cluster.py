@@ -116,6 +116,7 @@ class Cluster:
             self.add_topics(topics)
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.ensure_future(self._refresh(all_topics))
+            self._refreshing.add_done_callback(_retrieve_exception)
         return await asyncio.shield(self._refreshing)
 
     async def _refresh(self, all_topics: bool) -> ClusterMetadata:
@@ -206,6 +207,7 @@ class Cluster:
         task = self._connecting.get(node_id)
         if task is None or task.done():
             task = asyncio.ensure_future(self._open(node_id))
+            task.add_done_callback(_retrieve_exception)
             self._connecting[node_id] = task
         return await asyncio.shield(task)
 
@@ -277,6 +279,13 @@ class Cluster:
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
+
+
+def _retrieve_exception(task: asyncio.Task[object]) -> None:
+    # A shared task's callers may all have been cancelled: its failure is theirs to see, not
+    # a "Task exception was never retrieved" warning.
+    if not task.cancelled():
+        task.exception()
 
 
 def _partition_info(topic: str, p: MetadataResponsePartition) -> PartitionInfo:

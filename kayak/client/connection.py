@@ -30,6 +30,7 @@ from kayak.errors import (
 from kayak.protocol import ClientConnection, Message
 from kayak.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kayak.protocol.messages import ApiVersionsRequest
+from kayak.protocol.primitives import RecordsRegion
 
 log = logging.getLogger(__name__)
 
@@ -190,20 +191,42 @@ class BrokerConnection:
         Typed ``Any`` because the response's class depends on the request's API key;
         callers annotate the variable they assign it to.
         """
+        waiter = self.send(message, version, expect_response=expect_response)
+        if waiter is None:
+            return None
+        return await self.wait_response(waiter, message, timeout)
+
+    def send(
+        self, message: Message, version: int | None = None, *, expect_response: bool = True
+    ) -> asyncio.Future[Message] | None:
+        """Write ``message`` now; return the future of its response (None without one).
+
+        For callers that must know a request is on the wire before they go on (the
+        producer, whose requests must leave in the order it made them). Await the response
+        with :meth:`wait_response`, which applies the request timeout.
+        """
         if self._error is not None:
             raise self._error
         if version is None:
             version = self.version_for(type(message))
-        correlation_id, frame = self._protocol.send_request(message, version, expect_response)
+        correlation_id, parts = self._protocol.send_request_parts(message, version, expect_response)
         transport = self._receiver.transport
         assert transport is not None
         waiter: asyncio.Future[Message] | None = None
         if expect_response:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = waiter
-        transport.write(frame)
-        if waiter is None:
-            return None
+        if len(parts) == 1:
+            transport.write(_wire_bytes(parts[0]))
+        else:
+            transport.writelines([_wire_bytes(part) for part in parts])
+        return waiter
+
+    async def wait_response(
+        self, waiter: asyncio.Future[Message], message: Message, timeout: float | None = None
+    ) -> Any:
+        """The response ``waiter`` (from :meth:`send`) resolves to, within ``timeout`` (default
+        ``request.timeout.ms``); after a timeout the connection is given up."""
         try:
             response = await asyncio.wait_for(waiter, timeout or self.request_timeout)
         except TimeoutError:
@@ -250,6 +273,30 @@ class BrokerConnection:
     async def close(self) -> None:
         self._closed = True
         self._fail(NetworkError("connection closed by the client"))
+
+
+class RecordsView:
+    """Encoded record batches for a request's records field, written to the socket as they
+    are instead of being copied into the request's encoding (a ``RecordsRegion``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def read(self) -> bytes:
+        return bytes(self.data)
+
+
+def _wire_bytes(part: memoryview | RecordsRegion) -> bytes | bytearray | memoryview:
+    if isinstance(part, memoryview):
+        return part
+    if isinstance(part, RecordsView):
+        return part.data
+    return part.read()
 
 
 def pick_version(

@@ -16,7 +16,7 @@ from kayak.protocol.message import Message
 from kayak.protocol.messages import API_MESSAGES, ApiKey, request_class, response_class
 from kayak.protocol.messages.request_header import RequestHeader
 from kayak.protocol.messages.response_header import ResponseHeader
-from kayak.protocol.primitives import INT16, INT32, Buffer, SplicedBuffer
+from kayak.protocol.primitives import INT16, INT32, Buffer, RecordsRegion, SplicedBuffer
 
 _UNSUPPORTED_VERSION = 35
 
@@ -50,6 +50,27 @@ class ClientConnection:
         Pass ``expect_response=False`` only for what the protocol answers with silence
         (Produce with acks=0), so the tracker does not wait for it.
         """
+        out = bytearray(4)
+        correlation_id = self._encode_request(out, request, version, expect_response)
+        return correlation_id, _framed(out)
+
+    def send_request_parts(
+        self, request: Message, version: int, expect_response: bool = True
+    ) -> tuple[int, list[memoryview | RecordsRegion]]:
+        """Like ``send_request``, without copying: the frame as parts to write in order.
+
+        Records fields may hold a ``RecordsRegion`` (say, an encoded record batch kept as it
+        is); such a part is the region itself, for the caller to write. The other parts are
+        views of one encoding buffer.
+        """
+        out = SplicedBuffer(4)
+        correlation_id = self._encode_request(out, request, version, expect_response)
+        INT32.pack_into(out, 0, out.total_size - 4)
+        return correlation_id, out.parts()
+
+    def _encode_request(
+        self, out: bytearray, request: Message, version: int, expect_response: bool
+    ) -> int:
         api_key = request.API_KEY
         header = RequestHeader(
             request_api_key=api_key,
@@ -57,7 +78,6 @@ class ClientConnection:
             correlation_id=0,
             client_id=self.client_id,
         )
-        out = bytearray(4)
         header.write(out, request_header_version(api_key, version))
         request.write(out, version)
         # Register only once encoding succeeded: a request that raised was never sent, and a
@@ -65,7 +85,7 @@ class ClientConnection:
         # version starts api_key (2), api_version (2), correlation_id (4) after the size.
         correlation_id = self._tracker.register(api_key, version, expect_response)
         INT32.pack_into(out, 8, correlation_id)
-        return correlation_id, _framed(out)
+        return correlation_id
 
     def receive_data(self, data: Buffer) -> None:
         """Feed bytes read from the transport."""

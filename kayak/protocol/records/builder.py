@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import struct
 import time
+from bisect import bisect_right
 from collections.abc import Sequence
-from operator import add
+from itertools import repeat
+from operator import add, sub
 
 import crc32c
 
@@ -47,6 +49,7 @@ from kayak.protocol.records.record import (
 )
 from kayak.protocol.records.varints import (
     NULL_LENGTH,
+    ZIGZAG_TABLE_SIZE,
     ZIGZAG_VARINT_SIZES,
     ZIGZAG_VARINTS,
     varint_bytes,
@@ -65,19 +68,30 @@ _NO_HEADERS = b"\x00"
 class _PrefixCache:
     """Record prefixes for the common case of one timestamp per batch, shared by every batch.
 
-    Entry ``i`` is attributes (0), timestampDelta (0), offsetDelta ``i``, then ``tail`` (the
-    null key, when keyless), with its size and its size plus an empty header count. Grown on
-    demand up to a cap by swapping in longer lists, so a reader on another thread always sees
-    a consistent state without a lock.
+    Entry ``i`` is attributes (0), timestampDelta (``delta``, 0 unless said), offsetDelta
+    ``i``, then ``tail`` (the null key, when keyless), with its size and its size plus an
+    empty header count. Grown on demand up to a cap by swapping in longer lists, so a reader
+    on another thread always sees a consistent state without a lock.
     """
 
-    __slots__ = ("_state", "_tail")
+    __slots__ = ("_head", "_state", "_tail")
 
     _LIMIT = 1 << 14
 
-    def __init__(self, tail: bytes) -> None:
+    def __init__(self, tail: bytes, delta: int = 0) -> None:
         self._tail = tail
+        self._head = b"\x00" + varint_bytes(delta)
         self._state: tuple[list[bytes], list[int], list[int]] = ([], [], [])
+
+    def span(self, start: int, stop: int) -> tuple[list[bytes], list[int], list[int]] | None:
+        """Entries ``start..stop-1``, or None beyond the cap."""
+        state = self._state
+        if stop > len(state[0]):
+            if stop > self._LIMIT:
+                return None
+            state = self._grow(stop)
+        prefixes, sizes, sizes_plus_one = state
+        return prefixes[start:stop], sizes[start:stop], sizes_plus_one[start:stop]
 
     def get(self, count: int) -> tuple[list[bytes], list[int], list[int]]:
         """(prefixes, their sizes, sizes + 1) for offset deltas ``0..count-1``."""
@@ -107,11 +121,20 @@ class _PrefixCache:
         return state
 
     def _make(self, start: int, stop: int) -> list[bytes]:
-        return [b"\x00\x00" + varint_bytes(i) + self._tail for i in range(start, stop)]
+        return [self._head + varint_bytes(i) + self._tail for i in range(start, stop)]
 
 
 _KEYED_PREFIXES = _PrefixCache(b"")
 _KEYLESS_PREFIXES = _PrefixCache(NULL_LENGTH)
+
+# Records stamped as they are sent lie a few milliseconds apart within a batch: their
+# prefixes for these timestamp deltas are cached too, (delta, keyless) -> cache.
+_CACHED_DELTAS = 8
+_DELTA_PREFIXES: dict[tuple[int, bool], _PrefixCache] = {
+    (delta, keyless): _PrefixCache(NULL_LENGTH if keyless else b"", delta)
+    for delta in range(_CACHED_DELTAS)
+    for keyless in (False, True)
+}
 
 # Size of a length-prefixed field: n payload bytes plus the varint saying n.
 _FIELD_SIZES = [n + size for n, size in enumerate(ZIGZAG_VARINT_SIZES)]
@@ -221,7 +244,7 @@ def _timestamps(
     if len(timestamp) != count:
         raise EncodeError(f"{len(timestamp)} timestamps for {count} values")
     base = timestamp[0]
-    deltas = [ts - base for ts in timestamp]
+    deltas = list(map(sub, timestamp, repeat(base, count)))
     if not any(deltas):
         return base, base, None
     return base, max(timestamp), deltas
@@ -236,13 +259,57 @@ def _record_prefixes(
         cache = _KEYLESS_PREFIXES if null_key else _KEYED_PREFIXES
         prefixes, sizes, sizes_plus_one = cache.get(count)
         return prefixes, sizes_plus_one if empty_headers else sizes
+    runs = _prefixes_by_runs(count, timestamp_deltas, null_key, empty_headers)
+    if runs is not None:
+        return runs
     tail = NULL_LENGTH if null_key else b""
-    prefixes = [
-        b"\x00" + varint_bytes(delta) + varint_bytes(offset_delta) + tail
-        for offset_delta, delta in enumerate(timestamp_deltas)
-    ]
     extra = 1 if empty_headers else 0
-    return prefixes, [len(prefix) + extra for prefix in prefixes]
+    if (
+        count <= ZIGZAG_TABLE_SIZE
+        and min(timestamp_deltas) >= 0
+        and max(timestamp_deltas) < ZIGZAG_TABLE_SIZE
+    ):
+        # Records stamped as they were sent lie milliseconds apart: every varint comes from
+        # the table, and the loop runs in C.
+        varint = ZIGZAG_VARINTS.__getitem__
+        prefixes = list(
+            map(
+                b"".join,
+                zip(
+                    repeat(b"\x00"),
+                    map(varint, timestamp_deltas),
+                    map(varint, range(count)),
+                    repeat(tail),
+                ),
+            )
+        )
+    else:
+        prefixes = [
+            b"\x00" + varint_bytes(delta) + varint_bytes(offset_delta) + tail
+            for offset_delta, delta in enumerate(timestamp_deltas)
+        ]
+    return prefixes, list(map(add, map(len, prefixes), repeat(extra, count)))
+
+
+def _prefixes_by_runs(
+    count: int, deltas: list[int], null_key: bool, empty_headers: bool
+) -> tuple[list[bytes], list[int]] | None:
+    """Prefixes from the caches when the deltas rise in a few small steps (records stamped as
+    they were sent): one slice per run of equal deltas. None if they do not."""
+    if deltas[-1] >= _CACHED_DELTAS or deltas[0] < 0 or deltas != sorted(deltas):
+        return None
+    prefixes: list[bytes] = []
+    sizes: list[int] = []
+    start = 0
+    for delta in sorted(set(deltas)):
+        stop = bisect_right(deltas, delta, start)
+        span = _DELTA_PREFIXES[(delta, null_key)].span(start, stop)
+        if span is None:
+            return None
+        prefixes += span[0]
+        sizes += span[2] if empty_headers else span[1]
+        start = stop
+    return prefixes, sizes
 
 
 def _add_length_prefixed(
@@ -342,6 +409,10 @@ def _assemble(
         if codec is not Codec.NONE:
             compressed = compress(codec, b"".join(parts), compression_level)
             parts, size = [compressed], len(compressed)
+        elif len(parts) > 1 and size <= _JOIN_ONCE_BYTES:
+            # Small enough to copy twice cheaply: one join of the many record parts, then
+            # the final join has three parts instead of all of them again.
+            parts = [b"".join(parts)]
         covered_header = CRC_COVERED_HEADER.pack(
             attributes,
             count - 1,
@@ -365,6 +436,7 @@ def _assemble(
 
 
 _CRC_CHUNK_BYTES = 32 * 1024
+_JOIN_ONCE_BYTES = 256 * 1024
 
 
 def _crc32c_of_parts(parts: list[Buffer], size: int, crc: int) -> int:

@@ -1,0 +1,43 @@
+"""kayak's asyncio consumer: pipelined fetching, consumer groups, commits.
+
+See :class:`Consumer`. The parts, one file per data path: ``fetcher`` (Fetch requests per
+broker), ``completed`` (lazy decoding of fetched batches), ``offsets`` (ListOffsets, starting
+positions), ``group`` (membership, heartbeats, commits), ``assignors``, ``subscription``
+(what is assigned, positions), ``records`` (``ConsumerRecord``).
+"""
+
+from __future__ import annotations
+
+from kayak.client.consumer.assignors import (
+    Assignor,
+    CooperativeStickyAssignor,
+    MemberSubscription,
+    RangeAssignor,
+    RoundRobinAssignor,
+)
+from kayak.client.consumer.consumer import Consumer
+from kayak.client.consumer.errors import (
+    CommitFailedError,
+    ConsumerClosedError,
+    NoOffsetForPartitionError,
+)
+from kayak.client.consumer.fetcher import FetchStats
+from kayak.client.consumer.listener import RebalanceListener
+from kayak.client.consumer.records import ConsumerRecord, OffsetAndMetadata, TopicPartition
+
+__all__ = [
+    "Assignor",
+    "CommitFailedError",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerRecord",
+    "CooperativeStickyAssignor",
+    "FetchStats",
+    "MemberSubscription",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "RangeAssignor",
+    "RebalanceListener",
+    "RoundRobinAssignor",
+    "TopicPartition",
+]

@@ -1,0 +1,582 @@
+"""``Consumer``: kayak's asyncio Kafka consumer.
+
+::
+
+    async with Consumer({"bootstrap.servers": "localhost:9092", "group.id": "g"}) as consumer:
+        consumer.subscribe(["events"])
+        async for record in consumer:
+            handle(record.value)
+
+Reading a manual assignment, in batches::
+
+    consumer = Consumer(bootstrap_servers="localhost:9092")
+    await consumer.start()
+    consumer.assign([TopicPartition("events", 0)])
+    consumer.seek(TopicPartition("events", 0), 1000)
+    batches = await consumer.getmany(timeout_ms=500)   # {TopicPartition: [ConsumerRecord]}
+
+Fetching runs in the background from the moment partitions are assigned (see
+:mod:`.fetcher`); polling (``getmany``, ``getone``, iteration) only decodes what already
+arrived, waiting up to ``timeout_ms`` when nothing has. ``getmany_values`` is the fast path
+for applications that need only values.
+
+Offsets: a poll hands records out and moves each partition's ``position`` past them.
+``commit()`` commits positions; auto-commit (``enable.auto.commit``) commits, every
+``auto.commit.interval.ms``, the positions as they were when the application last polled,
+that is what it has finished processing, and everything returned on ``close()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from kayak.client.cluster import Cluster
+from kayak.client.config import ConsumerConfig
+from kayak.client.consumer.errors import ConsumerClosedError
+from kayak.client.consumer.fetcher import Fetcher, FetchStats
+from kayak.client.consumer.group import GroupMember
+from kayak.client.consumer.listener import RebalanceListener, call_listener
+from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, list_offsets
+from kayak.client.consumer.records import ConsumerRecord
+from kayak.client.consumer.subscription import PartitionState, SubscriptionState
+from kayak.client.types import OffsetAndMetadata, TopicPartition
+from kayak.errors import KayakError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Consumer"]
+
+# Hand this many records out through getone()/iteration between chances for the event loop
+# to take in responses and send the next fetches.
+_RECORDS_BETWEEN_YIELDS = 500
+
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], object]
+
+
+class Consumer:
+    """Reads records from Kafka partitions: a group's share of subscribed topics, or a
+    manual assignment. Configure by Kafka property names (``ConsumerConfig``)."""
+
+    def __init__(
+        self, config: Mapping[str, object] | ConsumerConfig | None = None, /, **kwargs: object
+    ) -> None:
+        if isinstance(config, ConsumerConfig) and not kwargs:
+            self.config = config
+        elif isinstance(config, ConsumerConfig):
+            self.config = ConsumerConfig.from_user({**config.as_dict(), **_dotted(kwargs)})
+        else:
+            self.config = ConsumerConfig.from_user(config, **kwargs)
+        self._subscriptions = SubscriptionState(on_change=self._assignment_changed)
+        self._cluster: Cluster | None = None
+        self._fetcher: Fetcher | None = None
+        self._group: GroupMember | None = None
+        self._resolver: PositionResolver | None = None
+        self._positions: asyncio.Future[None] | None = None
+        self._positions_error: KayakError | None = None
+        self._returned: list[PartitionState] = []  # partitions the last poll returned records of
+        self._since_yield = 0
+        self._background: set[asyncio.Future[None]] = set()
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster; fetching (and joining the group) starts from here."""
+        self._check_open()
+        if self._started:
+            return
+        cluster = Cluster(self.config)
+        await cluster.bootstrap()
+        self._cluster = cluster
+        self._fetcher = Fetcher(
+            cluster, self._subscriptions, self.config, on_reset_needed=self._schedule_positions
+        )
+        if self.config.group_id is not None:
+            self._group = GroupMember(
+                cluster, self._subscriptions, self.config, on_assigned=self._schedule_positions
+            )
+        self._resolver = PositionResolver(
+            cluster,
+            self._subscriptions,
+            self.config,
+            self._committed_lookup if self._group is not None else None,
+        )
+        self._started = True
+        cluster.add_topics(self._subscriptions.topics)
+        if self._subscriptions.uses_group_assignment:
+            self._start_group()
+        self._assignment_changed()
+
+    async def close(self) -> None:
+        """Commit (with auto-commit), leave the group, stop fetching, close connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._positions is not None:
+            self._positions.cancel()
+        if self._group is not None:
+            final = None
+            if self.config.enable_auto_commit:
+                final = {
+                    tp: OffsetAndMetadata(o) for tp, o in self._subscriptions.positions().items()
+                }
+            await self._group.close(commit=final)
+        for task in self._background:
+            task.cancel()
+        if self._fetcher is not None:
+            await self._fetcher.close()
+        if self._cluster is not None:
+            await self._cluster.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+
+    def _require_started(self) -> tuple[Cluster, Fetcher]:
+        self._check_open()
+        if self._cluster is None or self._fetcher is None:
+            raise KayakError("the consumer is not started: await consumer.start() first")
+        return self._cluster, self._fetcher
+
+    # -- what to read ---------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no group membership; commits still go to
+        ``group.id`` if set). Replaces any previous assignment."""
+        self._check_open()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        self._subscriptions.assign_manually(wanted)
+        if self._cluster is not None:
+            self._cluster.add_topics({tp.topic for tp in wanted})
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Join ``group.id`` and read the group's share of ``topics`` (or of every topic
+        ``pattern`` matches, checked every ``metadata.max.age.ms``)."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise KayakError("subscribe() needs a group.id; use assign() to read without one")
+        if isinstance(topics, str):
+            topics = [topics]
+        if pattern is not None:
+            if list(topics):
+                raise ValueError("give topics or a pattern, not both")
+            compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self._subscriptions.subscribe_pattern(compiled, listener)
+        else:
+            self._subscriptions.subscribe(topics, listener)
+        if self._started:
+            assert self._cluster is not None
+            self._cluster.add_topics(self._subscriptions.topics)
+            self._start_group()
+            if self._group is not None:
+                self._group.request_rejoin("the subscription changed")
+
+    def _start_group(self) -> None:
+        if self._group is not None:
+            self._group.start()
+
+    def unsubscribe(self) -> None:
+        """Stop reading: revoke the partitions (listener told), leave the group."""
+        self._check_open()
+        owned = set(self._subscriptions.assignment)
+        was_group = self._subscriptions.uses_group_assignment
+        listener = self._subscriptions.listener
+        self._subscriptions.unsubscribe()
+        if was_group and self._group is not None:
+            self._spawn(self._leave_after_unsubscribe(self._group, owned, listener))
+
+    async def _leave_after_unsubscribe(
+        self, group: GroupMember, owned: set[TopicPartition], listener: RebalanceListener | None
+    ) -> None:
+        if owned:
+            await call_listener(listener, "on_partitions_revoked", owned)
+        with contextlib.suppress(KayakError, TimeoutError):
+            await asyncio.wait_for(
+                group.leave("unsubscribed"), self.config.request_timeout_ms / 1000
+            )
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subscriptions.assignment)
+
+    def subscription(self) -> set[str]:
+        return set(self._subscriptions.topics)
+
+    # -- positions ------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next (anything already fetched is dropped)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        self._subscriptions.state(TopicPartition(*partition)).seek(offset)
+        self._subscriptions.changed()
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Read from the earliest offset (of all assigned partitions if none are given)."""
+        self._request_reset(partitions, "earliest")
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Read only records written from now on (of all assigned partitions if none given)."""
+        self._request_reset(partitions, "latest")
+
+    def _request_reset(self, partitions: tuple[TopicPartition, ...], strategy: str) -> None:
+        self._check_open()
+        chosen = partitions or tuple(self._subscriptions.assignment)
+        for state in self._subscriptions.states(TopicPartition(*tp) for tp in chosen):
+            state.request_reset(strategy)
+        self._subscriptions.changed()
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record the application will get from ``partition``."""
+        self._require_started()
+        state = self._subscriptions.state(TopicPartition(*partition))
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+        while not state.has_position:
+            await self._positions_ready(deadline)
+            self._raise_position_error()
+            if time.monotonic() >= deadline:
+                raise KayakError(f"{partition}: no position within default.api.timeout.ms")
+        assert state.position is not None
+        return state.position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark as of the last fetch response (None before one)."""
+        return self._subscriptions.state(TopicPartition(*partition)).high_watermark
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        return self._subscriptions.state(TopicPartition(*partition)).last_stable_offset
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await self._list_offsets(partitions, EARLIEST)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermarks (with ``read_committed``: the last stable offsets)."""
+        return await self._list_offsets(partitions, LATEST)
+
+    async def _list_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        cluster, _ = self._require_started()
+        wanted = {TopicPartition(*tp): timestamp for tp in partitions}
+        cluster.add_topics({tp.topic for tp in wanted})
+        return await list_offsets(
+            cluster,
+            wanted,
+            isolation_level=1 if self.config.isolation_level == "read_committed" else 0,
+            timeout=self.config.default_api_timeout_ms / 1000,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+
+    def _assignment_changed(self) -> None:
+        if self._fetcher is None or self._closed:
+            return
+        if self._subscriptions.missing_positions():
+            self._schedule_positions()
+        self._fetcher.wake()
+
+    def _schedule_positions(self) -> None:
+        if self._resolver is None or self._closed:
+            return
+        if self._positions is None or self._positions.done():
+            self._positions = asyncio.ensure_future(self._resolve_positions())
+
+    async def _resolve_positions(self) -> None:
+        assert self._resolver is not None and self._fetcher is not None
+        try:
+            while self._subscriptions.missing_positions():
+                await self._resolver.resolve()
+        except KayakError as exc:
+            log.info("looking up positions failed: %s", exc)
+            self._positions_error = exc
+        finally:
+            self._fetcher.wake()
+
+    async def _positions_ready(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for a position lookup that is due."""
+        if not self._subscriptions.missing_positions():
+            return
+        if self._positions_error is None:
+            self._schedule_positions()
+        task = self._positions
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0))
+
+    def _raise_position_error(self) -> None:
+        error, self._positions_error = self._positions_error, None
+        if error is not None:
+            raise error
+
+    async def _committed_lookup(
+        self, partitions: set[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        assert self._group is not None
+        return await self._group.committed(
+            partitions, timeout=self.config.default_api_timeout_ms / 1000
+        )
+
+    # -- polling ------------------------------------------------------------------------
+
+    def _before_poll(self) -> Fetcher:
+        """Bookkeeping every poll starts with: errors to raise, processed positions."""
+        _, fetcher = self._require_started()
+        for state in self._returned:
+            state.processed = state.position
+        self._returned = []
+        if self._group is not None:
+            self._group.polled()
+            error, self._group.error = self._group.error, None
+            if error is not None:
+                raise error
+        self._raise_position_error()
+        fetcher.raise_errors()
+        return fetcher
+
+    def _partitions(self, partitions: tuple[TopicPartition, ...]) -> set[TopicPartition] | None:
+        if not partitions:
+            return None
+        chosen = {TopicPartition(*tp) for tp in partitions}
+        for tp in chosen:
+            self._subscriptions.state(tp)  # raises if not assigned
+        return chosen
+
+    async def getmany(
+        self, *partitions: TopicPartition, max_records: int | None = None, timeout_ms: int = 0
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition (of ``partitions``, or of all assigned), at most
+        ``max_records`` (default ``max.poll.records``), waiting up to ``timeout_ms`` if none
+        have arrived. An empty dict if none did."""
+        records: dict[TopicPartition, list[ConsumerRecord]] = {}
+        fetcher = self._before_poll()
+
+        def take(chosen: set[TopicPartition] | None, limit: int) -> int:
+            return fetcher.take(chosen, limit, records, max_fetches=1)
+
+        await self._poll(partitions, max_records, timeout_ms, take)
+        self._returned = [self._subscriptions.assignment[tp] for tp in records]
+        return records
+
+    async def getmany_values(
+        self, *partitions: TopicPartition, max_records: int | None = None, timeout_ms: int = 0
+    ) -> dict[TopicPartition, list[bytes | None]]:
+        """Like :meth:`getmany`, values only: keys, headers and timestamps are never decoded,
+        no record objects are made. The fast path for reading a log."""
+        values: dict[TopicPartition, list[bytes | None]] = {}
+        fetcher = self._before_poll()
+
+        def take(chosen: set[TopicPartition] | None, limit: int) -> int:
+            return fetcher.take_values(chosen, limit, values, max_fetches=1)
+
+        await self._poll(partitions, max_records, timeout_ms, take)
+        self._returned = [self._subscriptions.assignment[tp] for tp in values]
+        return values
+
+    async def _poll(
+        self,
+        partitions: tuple[TopicPartition, ...],
+        max_records: int | None,
+        timeout_ms: int,
+        take: Callable[[set[TopicPartition] | None, int], int],
+    ) -> None:
+        """Run ``take`` until it has ``max_records``, the buffer is empty, or (with nothing
+        taken) ``timeout_ms`` passes. Between responses' worth of records the event loop
+        gets a turn: arrived responses are taken in and the next fetches sent while the
+        application still has plenty to decode."""
+        _, fetcher = self._require_started()
+        chosen = self._partitions(partitions)
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        await self._positions_ready(deadline)
+        taken = 0
+        while True:
+            await asyncio.sleep(0)
+            if not taken:
+                self._raise_position_error()
+                fetcher.raise_errors()
+            taken += take(chosen, limit - taken)
+            if taken >= limit:
+                return
+            if fetcher.has_buffered(chosen):
+                continue
+            if taken:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            await fetcher.wait_for_data(remaining)
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of ``partitions``, or of all assigned), waiting as long as it
+        takes."""
+        fetcher = self._before_poll()
+        chosen = self._partitions(partitions)
+        while True:
+            taken = fetcher.take_one(chosen)
+            if taken is not None:
+                state, record = taken
+                self._returned = [state]
+                self._since_yield += 1
+                if self._since_yield >= _RECORDS_BETWEEN_YIELDS:
+                    self._since_yield = 0
+                    await asyncio.sleep(0)
+                return record
+            self._since_yield = 0
+            await self._positions_ready(
+                time.monotonic() + self.config.default_api_timeout_ms / 1000
+            )
+            self._raise_position_error()
+            fetcher.raise_errors()
+            await fetcher.wait_for_data(self.config.fetch_max_wait_ms / 1000 or 0.1)
+            self._check_open()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            return await self.getone()
+        except ConsumerClosedError:
+            raise StopAsyncIteration from None
+
+    # -- flow control ---------------------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching and returning these partitions until ``resume``."""
+        for state in self._subscriptions.states(TopicPartition(*tp) for tp in partitions):
+            state.paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for state in self._subscriptions.states(TopicPartition(*tp) for tp in partitions):
+            state.paused = False
+        self._subscriptions.changed()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, state in self._subscriptions.assignment.items() if state.paused}
+
+    # -- commits --------------------------------------------------------------------------
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition), or the positions of
+        every assigned partition; waits for the coordinator's answer.
+
+        Raises :class:`~.errors.CommitFailedError` if the group rebalanced meanwhile.
+        """
+        group = self._require_group()
+        await group.commit(
+            self._offsets_to_commit(offsets), timeout=self.config.default_api_timeout_ms / 1000
+        )
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> asyncio.Future[None]:
+        """Start a commit and return at once; ``callback(offsets, error)`` runs when it
+        completes (error None on success). Failures without a callback are logged."""
+        group = self._require_group()
+        chosen = self._offsets_to_commit(offsets)
+
+        async def run() -> None:
+            error: BaseException | None = None
+            try:
+                await group.commit(chosen, timeout=self.config.default_api_timeout_ms / 1000)
+            except KayakError as exc:
+                error = exc
+                if callback is None:
+                    log.warning("asynchronous commit failed: %s", exc)
+            if callback is not None:
+                callback(chosen, error)
+
+        return self._spawn(run())
+
+    def _offsets_to_commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return {tp: OffsetAndMetadata(o) for tp, o in self._subscriptions.positions().items()}
+        return {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of ``partition`` (None if it has none)."""
+        group = self._require_group()
+        tp = TopicPartition(*partition)
+        found = await group.committed({tp}, timeout=self.config.default_api_timeout_ms / 1000)
+        return found[tp].offset if tp in found else None
+
+    def _require_group(self) -> GroupMember:
+        self._require_started()
+        if self._group is None:
+            raise KayakError("committed offsets belong to a group: set group.id")
+        return self._group
+
+    # -- cluster facts --------------------------------------------------------------------
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster (internal ones excluded)."""
+        cluster, _ = self._require_started()
+        snapshot = await cluster.refresh_metadata(all_topics=True)
+        return {name for name, info in snapshot.topics.items() if not info.internal}
+
+    async def partitions_for_topic(self, topic: str, *, timeout: float | None = None) -> set[int]:
+        """The topic's partition numbers; ``UnknownTopicOrPartitionError`` if it does not
+        appear within ``timeout`` seconds (default ``request.timeout.ms``)."""
+        cluster, _ = self._require_started()
+        info = await cluster.topic(topic, timeout)
+        return set(info.partitions)
+
+    @property
+    def fetch_stats(self) -> FetchStats:
+        """Fetch counters (requests, bytes, the most requests in flight to one broker)."""
+        _, fetcher = self._require_started()
+        return fetcher.stats
+
+    @property
+    def group_member(self) -> GroupMember | None:
+        """This consumer's group membership (member id, generation, state), if it has one."""
+        return self._group
+
+    # -- background tasks -----------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+
+def _dotted(kwargs: Mapping[str, object]) -> dict[str, object]:
+    return {key.replace("_", "."): value for key, value in kwargs.items()}

@@ -1,0 +1,32 @@
+"""kayak's asyncio producer.
+
+::
+
+    from kayak.client.producer import Producer
+
+    async with Producer({"bootstrap.servers": "localhost:9092"}) as producer:
+        metadata = await producer.send_and_wait("events", b"hello")
+
+Modules, by data path: :mod:`~.producer` (the API), :mod:`~.accumulator` (records gathered
+into per-partition batches, ``buffer.memory``), :mod:`~.sender` (one produce loop per broker,
+retries, metadata refresh), :mod:`~.idempotence` (producer id, epoch and sequences),
+:mod:`~.record_metadata` (what ``send`` resolves to).
+"""
+
+from __future__ import annotations
+
+from kayak.client.producer.producer import Headers, Producer, ProducerClosedError
+from kayak.client.producer.record_metadata import (
+    UNKNOWN_OFFSET,
+    RecordMetadata,
+    RecordMetadataList,
+)
+
+__all__ = [
+    "UNKNOWN_OFFSET",
+    "Headers",
+    "Producer",
+    "ProducerClosedError",
+    "RecordMetadata",
+    "RecordMetadataList",
+]

@@ -1,0 +1,738 @@
+"""The asyncio producer: ``send`` records, get their offsets back.
+
+::
+
+    async with Producer({"bootstrap.servers": "localhost:9092"}, linger_ms=5) as producer:
+        future = await producer.send("events", b"value", key=b"key")  # enqueued
+        metadata = await future                                        # stored
+        results = await (await producer.send_batch("events", [b"a", b"b", b"c"]))
+
+``send`` returns once the record is in its partition's batch; it waits only when
+``buffer.memory`` is full (at most ``max.block.ms``) or for the topic's metadata the first time.
+The future it returns resolves to a :class:`RecordMetadata` when the broker has stored the
+record (``acks``), or fails with the ``kayak.errors`` exception that stopped it.
+
+``send_batch`` takes a whole list of values and encodes each partition's share in one pass;
+one future resolves to the metadata of all of them, in order.
+
+Configuration is by Kafka property name (see :class:`~kayak.client.config.ProducerConfig`);
+``retry_backoff`` takes any :class:`~kayak.client.backoff.BackoffStrategy` in place of the
+exponential backoff ``retry.backoff.ms``/``retry.backoff.max.ms`` describe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate, repeat
+from operator import add
+from time import time_ns
+from types import TracebackType
+from typing import Self, cast
+
+from kayak.client.backoff import BackoffStrategy, Deadline, backoff_from_config
+from kayak.client.cluster import Cluster
+from kayak.client.config import ProducerConfig
+from kayak.client.connection import BrokerConnection
+from kayak.client.partitioner import (
+    ConsistentPartitioner,
+    ConsistentRandomPartitioner,
+    DefaultPartitioner,
+    Murmur2Partitioner,
+    Murmur2RandomPartitioner,
+    Partitioner,
+    StickyPartitioner,
+)
+from kayak.client.producer.accumulator import (
+    RECORD_MEMORY_OVERHEAD,
+    RECORD_OVERHEAD,
+    BufferMemory,
+    BulkSend,
+    HeaderList,
+    ProducerBatch,
+    RecordAccumulator,
+    Value,
+)
+from kayak.client.producer.idempotence import IdempotenceManager
+from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
+from kayak.client.producer.sender import Sender, TopicState, check_produce_version
+from kayak.errors import (
+    ConfigError,
+    KafkaTimeoutError,
+    KayakError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from kayak.protocol.messages import InitProducerIdRequest
+from kayak.protocol.records import BATCH_HEADER_SIZE, Codec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Headers", "Producer", "ProducerClosedError"]
+
+Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
+"""Record headers: ``[("name", b"value"), ...]`` (names may repeat) or a mapping."""
+
+_CODECS = {
+    "none": Codec.NONE,
+    "gzip": Codec.GZIP,
+    "snappy": Codec.SNAPPY,
+    "lz4": Codec.LZ4,
+    "zstd": Codec.ZSTD,
+}
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+YIELD_EVERY = 1000
+"""``send`` lets the event loop run once per this many records, a millisecond or two apart: it
+seldom has to wait, and a loop that only awaits it would otherwise starve every other task,
+the producer's own senders and ``linger.ms`` timers included. (More often costs throughput:
+each turn of the loop is a few microseconds.)"""
+
+
+class ProducerClosedError(KayakError):
+    """The producer was closed (or never started): it sends nothing more."""
+
+
+class Producer:
+    """An asyncio Kafka producer: batching, compression, retries, idempotence.
+
+    ``config`` maps Kafka producer property names to values; keyword arguments take the same
+    names with ``_`` for ``.`` (``linger_ms=5``). ``retry_backoff`` replaces the retry backoff
+    strategy. Call ``await start()`` (or use ``async with``) before sending.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, object] | None = None,
+        /,
+        *,
+        retry_backoff: BackoffStrategy | None = None,
+        **kwargs: object,
+    ) -> None:
+        self.config = ProducerConfig.from_user(config, **kwargs)
+        if self.config.transactional_id is not None:
+            raise ConfigError(
+                "transactional.id", "transactions are not supported by kayak's producer yet"
+            )
+        self._backoff = retry_backoff or backoff_from_config(self.config)
+        self._partitioner: Partitioner = self.config.make_partitioner()
+        self._sticky_without_key = _sticky_without_key(self._partitioner)
+        self._codec = _CODECS[self.config.compression_type]
+        self._max_block = self.config.max_block_ms / 1000
+        # A batch must fit a request, whatever batch.size says.
+        self._batch_size = min(
+            self.config.batch_size, self.config.max_request_size - BATCH_HEADER_SIZE
+        )
+        # The largest record that fits a request (and the buffer) on its own.
+        self._max_record_size = min(
+            self.config.max_request_size - BATCH_HEADER_SIZE, self.config.buffer_memory
+        )
+        self._started = False
+        self._closed = False
+        self._unyielded = 0
+        self._closing: asyncio.Future[None] | None = None
+        # Set by start():
+        self._cluster: Cluster
+        self._memory: BufferMemory
+        self._accumulator: RecordAccumulator
+        self._sender: Sender
+        self._topics: dict[str, TopicState] = {}
+        self._idempotence: IdempotenceManager | None = None
+        self._loop: asyncio.AbstractEventLoop
+        self._create_future: Callable[[], asyncio.Future[RecordMetadata]]
+
+    def __repr__(self) -> str:
+        servers = ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
+        state = "closed" if self._closed else "running" if self._started else "not started"
+        return f"<Producer {servers} {state}>"
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster and, when idempotent, get a producer id.
+
+        Raises ``KafkaTimeoutError`` if no bootstrap server answers within ``max.block.ms``
+        (or ``request.timeout.ms``, if shorter), ``UnsupportedVersionError`` for a broker too old
+        to take magic-2 record batches (Kafka before 0.11).
+        """
+        if self._started or self._closed:
+            raise ProducerClosedError("a producer can be started only once")
+        self._loop = asyncio.get_running_loop()
+        deadline = Deadline(self._max_block)
+        cluster = Cluster(self.config)
+        try:
+            await self._connect(cluster, deadline)
+        except BaseException:
+            await cluster.close()
+            raise
+        self._cluster = cluster
+        self._memory = BufferMemory(self.config.buffer_memory)
+        self._accumulator = RecordAccumulator(
+            linger_ms=self.config.linger_ms,
+            delivery_timeout_ms=self.config.delivery_timeout_ms,
+            max_request_size=self.config.max_request_size,
+            codec=self._codec,
+            memory=self._memory,
+            idempotence=self._idempotence,
+            on_batch_failed=lambda batch, error: self._sender.batch_failed(batch, error),
+            on_unrouted_data=lambda: self._sender.request_refresh(),
+        )
+        self._sender = Sender(
+            cluster=cluster,
+            config=self.config,
+            accumulator=self._accumulator,
+            idempotence=self._idempotence,
+            backoff=self._backoff,
+        )
+        self._topics = self._sender.topics
+        self._create_future = self._loop.create_future
+        self._started = True
+
+    async def _connect(self, cluster: Cluster, deadline: Deadline) -> None:
+        servers = ", ".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
+        try:
+            await asyncio.wait_for(cluster.bootstrap(), deadline.remaining())
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"no broker of bootstrap.servers ({servers}) answered within max.block.ms "
+                f"({self.config.max_block_ms} ms)"
+            ) from None
+        connection = await cluster.any_connection()
+        check_produce_version(connection)
+        if self.config.enable_idempotence and self._supports_idempotence(connection):
+            self._idempotence = IdempotenceManager(cluster, self._backoff)
+            await self._idempotence.initialize(deadline)
+
+    def _supports_idempotence(self, connection: BrokerConnection) -> bool:
+        try:
+            connection.version_for(InitProducerIdRequest)
+        except UnsupportedVersionError:
+            if "enable.idempotence" in self.config.explicitly_set:
+                raise UnsupportedVersionError(
+                    "the broker does not support InitProducerId (Kafka 0.11+), which "
+                    "enable.idempotence=true needs"
+                ) from None
+            log.warning("the broker cannot do idempotence (no InitProducerId): turned it off")
+            return False
+        return True
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now, without waiting for ``linger.ms``, and wait until
+        each of those records is stored or has failed (see their futures).
+
+        Raises ``KafkaTimeoutError`` if that takes longer than ``timeout`` seconds.
+        """
+        self._require_started()
+        waiters = self._accumulator.waiters()
+        if not waiters:
+            return
+        self._accumulator.flushing += 1
+        self._sender.wake_all()
+        try:
+            await asyncio.wait_for(asyncio.gather(*waiters), timeout)
+        except TimeoutError:
+            pending = sum(not w.done() for w in waiters)
+            raise KafkaTimeoutError(
+                f"flush: {pending} batches still undelivered after {timeout:g} s"
+            ) from None
+        finally:
+            self._accumulator.flushing -= 1
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered, then disconnect.
+
+        Records not delivered after ``timeout`` seconds (None: wait as long as their
+        ``delivery.timeout.ms`` allows) fail with ``KafkaTimeoutError``; ``send`` raises
+        ``ProducerClosedError`` from the moment ``close`` is called. Closing twice is fine.
+        """
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return
+        self._closed = True
+        self._closing = asyncio.get_running_loop().create_future()
+        try:
+            if self._started:
+                await self._drain_then_stop(timeout)
+        finally:
+            self._closing.set_result(None)
+
+    async def _drain_then_stop(self, timeout: float | None) -> None:
+        self._accumulator.closing = True
+        self._sender.wake_all()
+        try:
+            await self.flush(timeout)
+        except KafkaTimeoutError:
+            self._abort_undelivered(timeout)
+        finally:
+            self._memory_waiters_fail(ProducerClosedError("the producer was closed"))
+            await self._sender.stop()
+            await self._cluster.close()
+
+    def _abort_undelivered(self, timeout: float | None) -> None:
+        def error_for(batch: ProducerBatch) -> KafkaTimeoutError:
+            last = batch.last_error
+            reason = f"; last error: {last}" if last is not None else ""
+            return KafkaTimeoutError(
+                f"producer closed with records for {batch.topic}-{batch.partition} "
+                f"undelivered after the close timeout ({timeout:g} s){reason}"
+            )
+
+        records = self._accumulator.abort_all(error_for)
+        log.warning("producer closed after %g s with %d records undelivered", timeout, records)
+
+    def _memory_waiters_fail(self, error: KayakError) -> None:
+        for _, waiter in self._memory.waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._memory.waiters.clear()
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise ProducerClosedError(
+                "the producer is closed" if self._closed else
+                "the producer is not started: await producer.start() or use 'async with'"
+            )  # fmt: skip
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` (waiting up to ``max.block.ms`` for its metadata)."""
+        state = await self._topic_state(topic)
+        return list(range(state.partition_count))
+
+    async def _topic_state(self, topic: str) -> TopicState:
+        self._require_started()
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        state = self._topics.get(topic)
+        if state is not None:
+            return state
+        try:
+            await self._cluster.topic(topic, timeout=self._max_block)
+        except UnknownTopicOrPartitionError:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} is not in the cluster's metadata after max.block.ms "
+                f"({self.config.max_block_ms} ms): create it first"
+            ) from None
+        self._sender.reroute()
+        return self._sender.add_topic(topic)
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Value,
+        key: bytes | bytearray | memoryview | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Add one record to its partition's batch; return the future of its metadata.
+
+        ``timestamp`` is in milliseconds since the epoch (default: now). ``partition`` bypasses
+        the partitioner. Raises ``KafkaTimeoutError`` if ``buffer.memory`` stays full (or the
+        topic's metadata does not come) for ``max.block.ms``, ``RecordTooLargeError`` for a
+        record larger than ``max.request.size`` or ``buffer.memory``.
+        """
+        state = self._topics.get(topic)
+        if state is None or self._closed:
+            state = await self._topic_state(topic)
+        key_bytes: bytes | None = None
+        header_list: HeaderList | None = None
+        if type(value) is bytes and key is None and not headers:
+            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
+        else:
+            size, key_bytes, header_list = _measure(value, key, headers)
+        if size > self._max_record_size:
+            raise _too_large(size, self.config)
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
+        charge = size + RECORD_MEMORY_OVERHEAD
+        memory = self._memory
+        if memory.waiters or memory.used + charge > memory.limit:
+            await memory.reserve(charge, self._max_block)
+        else:
+            memory.used += charge
+
+        chosen = partition is None
+        if partition is None:
+            partition = state.sticky if key_bytes is None else -1
+            if partition < 0:
+                partition = self._choose_partition(state, key_bytes)
+        elif not 0 <= partition < state.partition_count:
+            memory.release(charge)
+            raise ValueError(
+                f"partition {partition} of {topic!r} does not exist: it has "
+                f"{state.partition_count} partitions"
+            )
+        batch = state.queues[partition].open
+        if batch is None or (batch.size + size > self._batch_size and batch.record_count):
+            batch = self._batch_with_room(state, partition, key_bytes, chosen, size, timestamp)
+        # ProducerBatch.append, inlined: this runs once per record.
+        future: asyncio.Future[RecordMetadata] = self._create_future()
+        batch.futures.append(future)  # type: ignore[union-attr]  # send batches have lists
+        batch.values.append(value)
+        stamps = batch.timestamps
+        if stamps is not None:
+            stamps.append(timestamp)
+        elif timestamp != batch.timestamp:
+            batch.timestamps = [batch.timestamp] * batch.record_count + [timestamp]
+        if key_bytes is not None or header_list or not batch.plain:
+            batch.add_key_and_headers(key_bytes, header_list)
+        batch.record_count += 1
+        batch.size += size  # the memory charged follows from it: see ProducerBatch.charge
+        self._unyielded += 1
+        if self._unyielded >= YIELD_EVERY:
+            # A loop that only awaits send() never suspends: let the senders (and the rest
+            # of the application) run now and then, so batches leave while more are made.
+            self._unyielded = 0
+            await asyncio.sleep(0)
+        return future
+
+    def _choose_partition(self, state: TopicState, key: bytes | None) -> int:
+        partition = self._partitioner(state.name, key, state.partition_count, state.available)
+        if key is None and self._sticky_without_key:
+            # The partitioner gives keyless records this partition until on_new_batch: skip
+            # asking it for every record.
+            state.sticky = partition
+        return partition
+
+    def _batch_with_room(
+        self,
+        state: TopicState,
+        partition: int,
+        key: bytes | None,
+        chosen: bool,
+        size: int,
+        timestamp: int,
+    ) -> ProducerBatch:
+        """The record does not fit its partition's open batch (or there is none)."""
+        if chosen:
+            # KIP-480: a new batch is due, so a sticky partitioner moves on first.
+            self._partitioner.on_new_batch(state.name, partition)
+            state.sticky = -1
+            partition = self._choose_partition(state, key)
+        queue = state.queues[partition]
+        batch = queue.open
+        if batch is None or (batch.size + size > self._batch_size and batch.record_count):
+            batch = self._accumulator.open_batch(queue, timestamp)
+        return batch
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Value,
+        key: Value = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> RecordMetadata:
+        """``send`` one record and wait until it is stored."""
+        future = await self.send(topic, value, key, headers, partition, timestamp)
+        return await future
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[Value],
+        keys: Sequence[Value] | None = None,
+        headers: Sequence[Headers | None] | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[RecordMetadataList]:
+        """Add many records at once; one future resolves to all their metadata, in order.
+
+        Each partition's records are encoded together in one pass (split at ``batch.size``),
+        which is much cheaper per record than ``send``. All records get the same timestamp,
+        now. Records follow whatever was sent to their partitions before. If any of them
+        fails, the future fails with that error (others may still have been stored).
+        """
+        state = await self._topic_state(topic)
+        count = len(values)
+        future: asyncio.Future[RecordMetadataList] = self._loop.create_future()
+        if count == 0:
+            future.set_result(RecordMetadataList(topic, [], 0))
+            return future
+        if partition is not None and not 0 <= partition < state.partition_count:
+            raise ValueError(
+                f"partition {partition} of {topic!r} does not exist: it has "
+                f"{state.partition_count} partitions"
+            )
+        sizes: list[int] | None = None
+        if keys is None and headers is None and _all_bytes(values):
+            # The common case needs no per-record sizes unless the lot must be split.
+            lengths = cast("Sequence[bytes]", values)  # all bytes, just checked
+            largest = max(map(len, lengths)) + RECORD_OVERHEAD
+            total = sum(map(len, lengths)) + count * RECORD_OVERHEAD
+            if total + BATCH_HEADER_SIZE > self._batch_size:
+                sizes = _record_sizes(values, None, None, count)
+        else:
+            sizes = _record_sizes(values, keys, headers, count)
+            largest, total = max(sizes), sum(sizes)
+        if largest > self._max_record_size:
+            raise _too_large(largest, self.config)
+        header_lists = _bulk_headers(headers)
+        bulk = BulkSend(topic, count, future)
+        try:
+            await self._enqueue_bulk(
+                state, bulk, values, keys, header_lists, partition, sizes, total
+            )
+        except BaseException as exc:
+            bulk.abandon(exc)  # whatever was queued still goes; the caller has the error
+            raise
+        return future
+
+    async def _enqueue_bulk(
+        self,
+        state: TopicState,
+        bulk: BulkSend,
+        values: Sequence[Value],
+        keys: Sequence[Value] | None,
+        headers: Sequence[HeaderList | None] | None,
+        partition: int | None,
+        sizes: list[int] | None,
+        total: int,
+    ) -> None:
+        """Queue the records as closed batches; ``sizes`` (each record's) may be None when
+        they all fit one batch (``total`` bytes)."""
+        timestamp = time_ns() // 1_000_000
+        topic, count = state.name, len(values)
+        partitioner = self._partitioner
+        state.sticky = -1  # the partitioner is asked directly here: forget send's shortcut
+        if partition is not None or (keys is None and _sticky_without_key(partitioner)):
+            # Every record goes to one partition, or (sticky) one partition per batch.
+            start = 0
+            for end in [count] if sizes is None else _chunk_ends(sizes, self._batch_size):
+                if partition is None:
+                    target = partitioner(topic, None, state.partition_count, state.available)
+                else:
+                    target = partition
+                size = total if sizes is None else sum(sizes[start:end])
+                chunk = range(start, end)
+                await self._enqueue_chunk(
+                    state, bulk, target, chunk, values, keys, headers, size, timestamp
+                )
+                if partition is None and end < count:
+                    partitioner.on_new_batch(topic, target)
+                start = end
+            return
+        # Records may go anywhere: group them by partition, in order.
+        if sizes is None:
+            sizes = _record_sizes(values, None, None, count)
+        groups: dict[int, list[int]] = {}
+        count_p, available = state.partition_count, state.available
+        if keys is None:
+            targets = [partitioner(topic, None, count_p, available) for _ in range(count)]
+        else:
+            targets = [
+                partitioner(topic, key if key is None or type(key) is bytes else bytes(key),
+                            count_p, available)
+                for key in keys
+            ]  # fmt: skip
+        for index, target in enumerate(targets):
+            group = groups.get(target)
+            if group is None:
+                group = groups[target] = []
+            group.append(index)
+        for target, positions in groups.items():
+            group_sizes = [sizes[i] for i in positions]
+            start = 0
+            for end in _chunk_ends(group_sizes, self._batch_size):
+                await self._enqueue_chunk(
+                    state, bulk, target, positions[start:end], values, keys, headers,
+                    sum(group_sizes[start:end]), timestamp,
+                )  # fmt: skip
+                start = end
+
+    async def _enqueue_chunk(
+        self,
+        state: TopicState,
+        bulk: BulkSend,
+        partition: int,
+        positions: range | list[int],
+        values: Sequence[Value],
+        keys: Sequence[Value] | None,
+        headers: Sequence[HeaderList | None] | None,
+        records_size: int,
+        timestamp: int,
+    ) -> None:
+        size = BATCH_HEADER_SIZE + records_size
+        if isinstance(positions, range):
+            whole = positions.start == 0 and positions.stop == len(values)
+            chunk_values = values if whole else values[positions.start : positions.stop]
+            chunk_keys = keys if keys is None or whole else keys[positions.start : positions.stop]
+            chunk_headers = (
+                headers if headers is None or whole else headers[positions.start : positions.stop]
+            )
+        else:
+            chunk_values = [values[i] for i in positions]
+            chunk_keys = None if keys is None else [keys[i] for i in positions]
+            chunk_headers = None if headers is None else [headers[i] for i in positions]
+        memory = self._memory
+        if memory.waiters or memory.used + size > memory.limit:
+            await memory.reserve(size, self._max_block)
+        else:
+            memory.used += size
+        if self._closed:
+            memory.release(size)
+            raise ProducerClosedError("the producer was closed while send_batch waited")
+        self._accumulator.add_bulk_batch(
+            state.queues[partition], bulk, chunk_values, chunk_keys, chunk_headers,
+            positions, timestamp, size,
+        )  # fmt: skip
+
+
+# -- record checks and sizes ----------------------------------------------------------------------
+
+
+def _check_bytes(item: object, what: str) -> None:
+    if not isinstance(item, _BYTES_TYPES):
+        raise TypeError(
+            f"record {what} must be bytes, bytearray, memoryview or None, not "
+            f"{type(item).__name__} (encode strings first, e.g. {what}.encode())"
+        )
+
+
+def _measure(
+    value: Value, key: Value, headers: Headers | None
+) -> tuple[int, bytes | None, HeaderList | None]:
+    """A record's size estimate, its key as bytes (partitioners hash bytes), its headers as a
+    list; ``TypeError`` for anything else than bytes-like values, keys and header values."""
+    size = RECORD_OVERHEAD
+    if value is not None:
+        _check_bytes(value, "value")
+        size += len(value)
+    key_bytes: bytes | None = None
+    if key is not None:
+        key_bytes = key if type(key) is bytes else _key_bytes(key)
+        size += len(key_bytes)
+    header_list: HeaderList | None = None
+    if headers:
+        header_list = _header_list(headers)
+        size += _headers_size(header_list)
+    return size, key_bytes, header_list
+
+
+def _key_bytes(key: bytes | bytearray | memoryview) -> bytes:
+    _check_bytes(key, "key")
+    return bytes(key)
+
+
+def _header_list(headers: Headers) -> HeaderList:
+    items = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+    for item in items:
+        if (
+            not isinstance(item, tuple)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not (item[1] is None or isinstance(item[1], _BYTES_TYPES))
+        ):
+            raise TypeError(f"a header must be a (str, bytes | None) pair, not {item!r}")
+    return items
+
+
+def _headers_size(headers: HeaderList) -> int:
+    # Name and value with a length varint each (2 bytes is enough below 8 KiB), plus the count.
+    return sum(len(name) + len(value or b"") + 4 for name, value in headers) + 4
+
+
+def _too_large(size: int, config: ProducerConfig) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"a record of about {size} bytes does not fit max.request.size "
+        f"({config.max_request_size}) or buffer.memory ({config.buffer_memory})"
+    )
+
+
+def _record_sizes(
+    values: Sequence[Value],
+    keys: Sequence[Value] | None,
+    headers: Sequence[Headers | None] | None,
+    count: int,
+) -> list[int]:
+    """Each record's encoded size estimate, checking the types of values and keys."""
+    sizes = _lengths(values, "value")
+    if keys is not None:
+        if len(keys) != count:
+            raise ValueError(f"{len(keys)} keys for {count} values")
+        sizes = list(map(add, sizes, _lengths(keys, "key")))
+    if headers is not None:
+        if len(headers) != count:
+            raise ValueError(f"{len(headers)} header lists for {count} values")
+        sizes = [
+            size + (_headers_size(_header_list(h)) if h else 0)
+            for size, h in zip(sizes, headers, strict=True)
+        ]
+    return list(map(add, sizes, repeat(RECORD_OVERHEAD, count)))
+
+
+def _all_bytes(items: Sequence[Value]) -> bool:
+    return set(map(type, items)) <= _ONLY_BYTES
+
+
+_ONLY_BYTES = frozenset({bytes})
+
+
+def _lengths(items: Sequence[Value], what: str) -> list[int]:
+    # One pass in C for the common case: all bytes.
+    if _all_bytes(items):
+        return list(map(len, items))  # type: ignore[arg-type]
+    lengths = []
+    for item in items:
+        if item is None:
+            lengths.append(0)
+        else:
+            _check_bytes(item, what)
+            lengths.append(len(item))
+    return lengths
+
+
+def _bulk_headers(headers: Sequence[Headers | None] | None) -> list[HeaderList | None] | None:
+    if headers is None:
+        return None
+    return [_header_list(h) if h else None for h in headers]
+
+
+def _chunk_ends(sizes: list[int], batch_size: int) -> list[int]:
+    """Where to cut records of these sizes into batches of at most ``batch_size`` bytes
+    (a record larger than that gets a batch of its own)."""
+    room = batch_size - BATCH_HEADER_SIZE
+    count = len(sizes)
+    filled = list(accumulate(sizes))  # bytes of records 0..i
+    if filled[-1] <= room:
+        return [count]
+    ends: list[int] = []
+    start, before = 0, 0
+    while start < count:
+        end = max(bisect_right(filled, before + room, start), start + 1)
+        ends.append(end)
+        start, before = end, filled[end - 1]
+    return ends
+
+
+def _sticky_without_key(partitioner: Partitioner) -> bool:
+    """True if the partitioner sends every keyless record to the same partition until told of
+    a new batch (KIP-480 sticky, or a fixed hash of no key): then ``send_batch`` asks it once per
+    batch instead of once per record."""
+    if isinstance(partitioner, DefaultPartitioner | StickyPartitioner):
+        return True
+    if isinstance(partitioner, Murmur2Partitioner | ConsistentPartitioner):
+        return True
+    if isinstance(partitioner, Murmur2RandomPartitioner | ConsistentRandomPartitioner):
+        # Sticky unless built with sticky=False, which leaves no sticky state behind.
+        return getattr(partitioner, "_sticky", None) is not None
+    return False
