@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import struct
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -168,17 +169,17 @@ def _group_by_topic(partitions: Iterable[TopicPartition], kind: type[_Topic]) ->
 # -- assignors ----------------------------------------------------------------------------------
 
 
-class Assignor:
+class Assignor(ABC):
     """Computes every member's partitions from the members' subscriptions."""
 
     name: ClassVar[str]
     protocol: ClassVar[RebalanceProtocol] = RebalanceProtocol.EAGER
 
+    @abstractmethod
     def assign(
         self, partition_counts: Mapping[str, int], members: Mapping[str, MemberSubscription]
     ) -> Assignment:
         """``partition_counts``: topic -> number of partitions (topics that exist)."""
-        raise NotImplementedError
 
 
 class RangeAssignor(Assignor):
