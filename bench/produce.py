@@ -13,24 +13,30 @@ every row is "messages/s with 1,000 messages in flight at most". Clients:
 
 Tuned alike: acks=1, no compression (``--compression`` to change it for all), batches up to
 1,000,000 bytes (``batch.size``; librdkafka's ``batch.num.messages`` 10,000 so a whole group
-fits a batch), ``max.request.size`` 1,048,576, no idempotence (acks=1 rules it out), and
-linger 0 for everyone: each group ends with a flush, which sends at once in kayak,
-librdkafka and kafka-python, while aiokafka's flush waits out linger.ms, so a linger would
-only penalise it. asyncio clients run on uvloop.
+fits a batch), ``max.request.size`` 1,048,576, no idempotence (acks=1 rules it out). Each
+client gets the ``linger.ms`` it does best with here (tried: 0 and 5): 5 for kayak,
+confluent-kafka and kafka-python, whose flush sends at once whatever the linger (librdkafka
+with linger 0 sends many small batches while the group is being produced, ~40% slower), and
+0 for aiokafka, whose flush waits out the linger. Smaller batch sizes (16 KiB, 64 KiB) were
+no faster for any client. asyncio clients run on uvloop. ``BENCH_LINGER_<CLIENT>`` and
+``BENCH_BATCH_<CLIENT>`` environment variables override the settings for tuning runs.
 
 Every measurement runs in a fresh child process (its own interpreter, no state left over
 from another client) that connects, sends one group to warm up, then times ``--messages``
 messages; the topic's high watermark is checked afterwards. Brokers: kayak's (subprocess,
 ``--flush never``, Kafka's default: page cache, no fsync per batch, so the clients are what
 is measured) and Tansu (in-memory storage); each run starts them afresh and every client
-takes its turn on the same brokers in the same run. Reports medians of ``--runs`` runs
-(default 3) with the min-max spread, the client's CPU time per message, and the ratios the
-targets are about (send_batch / confluent-kafka, send / aiokafka).
+takes its turn on the same brokers in the same run, in an order rotated from run to run.
+Reports medians of ``--runs`` runs (default 3) with the min-max spread, the client's CPU time
+per message (all its threads), and the ratios the targets are about (send_batch /
+confluent-kafka, send / aiokafka), paired within each run so that noise hitting a whole run
+(the machine is shared) cancels out.
 
-``--profile`` runs kayak's per-message ``send`` under cProfile once and prints where the
-time per message goes.
+``--profile`` splits the CPU time of kayak's per-message ``send`` into the send loop and the
+flush, shows cProfile's top functions, and times the parts any asyncio producer pays per
+message (a coroutine call, a future, a clock read, a result).
 
-Run: ``python bench/produce.py`` (about 5 minutes), ``--quick`` for a smoke test,
+Run: ``python bench/produce.py`` (about 8 minutes), ``--quick`` for a smoke test,
 ``--markdown`` for the README.
 """
 

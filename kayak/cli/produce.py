@@ -27,7 +27,15 @@ from typing import BinaryIO
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from kayak.cli.broker import run_event_loop
 from kayak.client.producer import Producer, RecordMetadataList
@@ -79,7 +87,12 @@ def _parse_properties(values: Sequence[str]) -> dict[str, object]:
     show_default=True,
     help="A broker to bootstrap from (host:port[,host:port...]).",
 )
-@click.option("-K", "--key-separator", help="Split each line at the first SEP into key and value.")
+@click.option(
+    "-K",
+    "--key-separator",
+    metavar="SEP",
+    help="Split each line at the first SEP into key and value.",
+)
 @click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), help="acks (default: all).")
 @click.option(
     "--compression",
@@ -187,8 +200,16 @@ def _progress_bar(stdin: BinaryIO, console: Console, wanted: bool | None) -> _Ba
         wanted = console.is_terminal and size is not None and size >= _PROGRESS_FROM
     if not wanted:
         return _Bar(None, None)
-    columns = (*Progress.get_default_columns(), TransferSpeedColumn())
-    return _Bar(Progress(*columns[:2], BarColumn(), *columns[3:], console=console), size)
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    return _Bar(progress, size)
 
 
 def _file_size(stream: BinaryIO) -> int | None:
