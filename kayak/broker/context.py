@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
@@ -29,7 +29,6 @@ class BrokerContext:
     shards: ShardRegistry | None = None
     coordinator: GroupCoordinator | None = None
     producer_ids: ProducerIdAllocator | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def node_id(self) -> int:

@@ -26,12 +26,12 @@ from typing import BinaryIO
 import click
 
 from kayak.cli.broker import run_event_loop
+from kayak.cli.options import bootstrap_option, parse_properties
 from kayak.client.consumer import Consumer, ConsumerRecord, TopicPartition
 from kayak.errors import KayakError
 
 __all__ = ["Printer", "compile_format", "consume"]
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 _POLL_MS = 200
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "\\": b"\\"}
 
@@ -122,26 +122,9 @@ class _Options:
     properties: dict[str, str] = field(default_factory=dict)
 
 
-def _parse_properties(values: Sequence[str]) -> dict[str, str]:
-    properties: dict[str, str] = {}
-    for item in values:
-        name, equals, value = item.partition("=")
-        if not equals or not name.strip():
-            raise click.BadParameter(f"{item!r} is not prop=value", param_hint="-X")
-        properties[name.strip()] = value.strip()
-    return properties
-
-
 @click.command()
 @click.argument("topic")
-@click.option(
-    "-b",
-    "--bootstrap-server",
-    "bootstrap",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    help="A broker to bootstrap from (host:port[,host:port...]).",
-)
+@bootstrap_option
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset.")
 @click.option("-g", "--group", help="Consume as a member of this consumer group.")
 @click.option(
@@ -193,7 +176,7 @@ def consume(
         max_messages,
         exit_at_end,
         timeout,
-        _parse_properties(properties),
+        parse_properties(properties),
     )
     printer = Printer(pieces, sys.stdout.buffer)
     try:

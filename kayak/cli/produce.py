@@ -21,7 +21,6 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -38,12 +37,12 @@ from rich.progress import (
 )
 
 from kayak.cli.broker import run_event_loop
+from kayak.cli.options import bootstrap_option, parse_properties
 from kayak.client.producer import Producer, RecordMetadataList
 from kayak.errors import KayakError
 
 __all__ = ["produce"]
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 _CHUNK = 1 << 20  # bytes read from stdin at a time
 _PROGRESS_FROM = 8 << 20  # show a progress bar for files at least this large
 _MAX_PENDING = 64  # send_batch futures in flight before waiting for the oldest
@@ -67,26 +66,9 @@ class _Tally:
     first_error: BaseException | None = None
 
 
-def _parse_properties(values: Sequence[str]) -> dict[str, object]:
-    properties: dict[str, object] = {}
-    for item in values:
-        name, equals, value = item.partition("=")
-        if not equals or not name.strip():
-            raise click.BadParameter(f"{item!r} is not prop=value", param_hint="-X")
-        properties[name.strip()] = value.strip()
-    return properties
-
-
 @click.command()
 @click.argument("topic")
-@click.option(
-    "-b",
-    "--bootstrap-server",
-    "bootstrap",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    help="A broker to bootstrap from (host:port[,host:port...]).",
-)
+@bootstrap_option
 @click.option(
     "-K",
     "--key-separator",
@@ -131,7 +113,7 @@ def produce(
     progress: bool | None,
 ) -> None:
     """Send stdin's lines to TOPIC, one record per line."""
-    settings = _parse_properties(properties)
+    settings: dict[str, object] = dict(parse_properties(properties))
     if acks is not None:
         settings["acks"] = acks
     if compression is not None:

@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from kayak.cli.options import DEFAULT_BOOTSTRAP
 from kayak.client.admin import (
     Admin,
     NewTopic,
@@ -36,7 +37,6 @@ from kayak.errors import (
 
 T = TypeVar("T")
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 5.0
 _PIPE_WIDTH = 200  # rich's width when stdout is not a terminal (keeps rows on one line)
 
