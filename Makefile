@@ -18,20 +18,33 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@ $(VENV)/.core-installed $(VENV)/.spark-installed
+
+$(VENV)/.spark-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[spark]'
 	@touch $@ $(VENV)/.core-installed
 
-demo: $(VENV)/.core-installed
+demo: $(VENV)/.spark-installed
 	$(BIN)/kayak demo
 
 test: $(VENV)/.dev-installed system-deps lint typecheck pytest
 
-# Third-party tools the tests drive as real peers, from Debian's packages.
+# Third-party tools the tests drive as real peers, from Debian's packages: kcat, and
+# PostgreSQL (the tests start their own throwaway cluster with wal_level=logical).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing kcat (Debian package) for the interop tests"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing PostgreSQL (Debian package) for the CDC tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { \
+		echo "installing Java 17 (Debian package) for Spark"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check kayak tools tests bench
