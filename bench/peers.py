@@ -121,6 +121,7 @@ def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
         "--host", HOST,
         "--port", "0",
         "--flush", flush,
+        "--no-schema-registry",
         *extra,
     ]  # fmt: skip
     with open(log_path, "wb") as log:

@@ -9,6 +9,8 @@
     │   └── FrameTooLargeError
     ├── ConfigError                 bad client/broker configuration (also a ValueError)
     ├── KafkaTimeoutError           a client-side deadline passed (retriable)
+    ├── SchemaRegistryError         a schema registry refused a request or cannot be reached
+    ├── SerializationError          bytes that are not a value of their schema, or vice versa
     └── KafkaError                  an error that has a Kafka error code
         ├── UnknownServerError      UNKNOWN_SERVER_ERROR (-1); also the base of the classes
         │                           made on the fly for codes this module does not know
@@ -74,6 +76,42 @@ class KafkaTimeoutError(KayakError):
 
     retriable: ClassVar[bool] = True
     invalid_metadata: ClassVar[bool] = False
+
+
+class SchemaRegistryError(KayakError):
+    """A schema registry answered with an error, or could not be reached at all.
+
+    ``http_status`` and ``error_code`` are the registry's (Confluent's codes, e.g. 40401
+    subject not found, 409 incompatible); both are None when no answer arrived.
+    """
+
+    def __init__(
+        self, message: str, *, http_status: int | None = None, error_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.http_status = http_status
+        self.error_code = error_code
+
+    def __str__(self) -> str:
+        if self.error_code is None:
+            return self.message
+        return f"{self.message} (error code {self.error_code}, HTTP {self.http_status})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only fields are not in ``args``: pickle them explicitly (Spark ships errors).
+        return (_rebuild_registry_error, (self.message, self.http_status, self.error_code))
+
+
+def _rebuild_registry_error(
+    message: str, http_status: int | None, error_code: int | None
+) -> SchemaRegistryError:
+    return SchemaRegistryError(message, http_status=http_status, error_code=error_code)
+
+
+class SerializationError(KayakError, ValueError):
+    """A value cannot be encoded with its schema, or bytes cannot be decoded (no magic byte,
+    truncated, unknown schema id, a body that does not match the writer schema)."""
 
 
 class ErrorClass(Enum):

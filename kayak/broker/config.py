@@ -27,10 +27,17 @@ class BrokerConfig:
     log: LogConfig = field(default_factory=LogConfig)
     retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    # The schema registry's HTTP port (0: ephemeral); None: no registry. Shard 0 serves it.
+    schema_registry_port: int | None = None
+    schema_registry_host: str | None = None  # default: ``host``
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", f"{self.port} is not a TCP port")
+        if self.schema_registry_port is not None and not 0 <= self.schema_registry_port <= 65535:
+            raise ConfigError(
+                "schema.registry.port", f"{self.schema_registry_port} is not a TCP port"
+            )
         if not 0 <= self.node_id < self.shard_count:
             raise ConfigError("node.id", f"{self.node_id} is not a shard of {self.shard_count}")
         if self.num_partitions < 1:

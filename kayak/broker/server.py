@@ -22,6 +22,7 @@ from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
 from kayak.broker.log import GroupCommit
 from kayak.broker.log.files import exclusive_lock, remove_quietly, write_atomically
 from kayak.broker.log.producer_state import ProducerIdAllocator
+from kayak.broker.registry import SchemaRegistry
 from kayak.broker.shards import ShardAddress, ShardRegistry
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Broker:
         self._connections: set[BrokerConnection] = set()
         self._retention: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._registry: SchemaRegistry | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -73,6 +75,8 @@ class Broker:
         self.context.port = port
         self.context.shards.register(ShardAddress(config.node_id, self.context.host, port))
         self._retention = loop.create_task(self._retention_loop())
+        if config.schema_registry_port is not None and config.node_id == 0:
+            await self._start_registry()
         if config.shard_count > 1:
             self._refresh = loop.create_task(self._refresh_loop())
         log.info(
@@ -99,8 +103,29 @@ class Broker:
         )
         context.coordinator = GroupCoordinator(coordinator_config, offsets)
 
+    async def _start_registry(self) -> None:
+        """The schema registry on its own HTTP port, its state in ``_schemas``."""
+        assert self.context is not None
+        host = self.config.schema_registry_host or self.config.host
+        port = self.config.schema_registry_port
+        assert port is not None
+        registry = SchemaRegistry(self.context.catalog, host, port)
+        try:
+            await registry.start()
+        except BaseException as exc:
+            await self.stop()  # not half started: the Kafka listener is already open
+            if isinstance(exc, OSError):
+                message = f"schema registry port {host}:{port}: {exc.strerror or exc}"
+                raise OSError(exc.errno, message) from exc
+            raise
+        self._registry = registry
+        log.info("schema registry on %s", registry.url)
+
     async def stop(self) -> None:
         """Stop accepting, close connections, flush and close every log cleanly."""
+        if self._registry is not None:
+            await self._registry.stop()
+            self._registry = None
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections):
@@ -142,6 +167,11 @@ class Broker:
     def port(self) -> int:
         assert self.context is not None, "the broker is not running"
         return self.context.port
+
+    @property
+    def schema_registry_url(self) -> str | None:
+        """``http://host:port`` of the schema registry; None when this broker serves none."""
+        return self._registry.url if self._registry is not None else None
 
     @property
     def bootstrap_servers(self) -> str:

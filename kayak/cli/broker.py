@@ -54,6 +54,20 @@ log = logging.getLogger("kayak.broker")
     help="Broker processes (one per core), each owning some partitions, one cluster. "
     "Shard i listens on PORT+i (or a free port when PORT is 0).",
 )
+@click.option(
+    "--schema-registry-port",
+    type=click.IntRange(0, 65535),
+    default=8081,
+    show_default=True,
+    help="Port of the Confluent-compatible schema registry (HTTP; 0: a free port). "
+    "With --shards, shard 0 serves it.",
+)
+@click.option(
+    "--no-schema-registry",
+    is_flag=True,
+    default=False,
+    help="Do not serve the schema registry.",
+)
 @click.option("--node-id", type=click.IntRange(0), default=None, hidden=True)
 @click.option("--shard-count", type=click.IntRange(1), default=None, hidden=True)
 @click.option(
@@ -85,6 +99,8 @@ def broker(
     num_partitions: int,
     group_initial_rebalance_delay_ms: int,
     shards: int,
+    schema_registry_port: int,
+    no_schema_registry: bool,
     node_id: int | None,
     shard_count: int | None,
     max_connections: int,
@@ -108,6 +124,7 @@ def broker(
         "retention_check_interval_ms": retention_check_interval_ms,
         "max_connections": max_connections,
         "socket_request_max_bytes": socket_request_max_bytes,
+        "schema_registry_port": None if no_schema_registry else schema_registry_port,
     }
     try:
         run_event_loop(_serve(Broker(data_dir, **settings)))

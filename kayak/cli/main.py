@@ -8,10 +8,12 @@ import click
 
 from kayak import __version__
 from kayak.cli.broker import broker
+from kayak.cli.cdc import cdc
 from kayak.cli.consume import consume
 from kayak.cli.demo import demo
 from kayak.cli.groups import groups
 from kayak.cli.partitions import partitions
+from kayak.cli.pipeline import pipeline
 from kayak.cli.produce import produce
 from kayak.cli.topics import topics
 
@@ -32,6 +34,8 @@ cli.add_command(topics)
 cli.add_command(groups)
 cli.add_command(consume)
 cli.add_command(produce)
+cli.add_command(cdc)
+cli.add_command(pipeline)
 
 
 def main() -> None:

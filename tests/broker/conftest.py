@@ -41,6 +41,7 @@ class BrokerProcess:
             "--data-dir", str(self.data_dir),
             "--port", str(self.port),
             "--group-initial-rebalance-delay-ms", "0",
+            "--schema-registry-port", "0",  # never the default 8081: many brokers run at once
             *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=log, stderr=log)

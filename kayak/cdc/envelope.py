@@ -1,0 +1,209 @@
+"""Debezium-style change events: topic names, Avro key/value schemas and event values.
+
+An event's key is the row's primary key (so all changes of a row land on one partition, in
+order); its value is Debezium's envelope::
+
+    {"before": {...} | null, "after": {...} | null,
+     "source": {"version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table",
+                "txId", "lsn", "change_id", "pos"},
+     "op": "c" | "u" | "d" | "r", "ts_ms": <time the event was made>}
+
+``source.pos`` is kayak's addition: the source position as sortable text
+(:func:`kayak.cdc.change.format_position`), which targets use to apply changes idempotently.
+Each column's Avro field carries ``"kayak.type"`` (the column type), ``"kayak.source_type"``
+(the database's declared type) and ``"kayak.nullable"``, so a consumer can rebuild the
+:class:`TableSchema` from the registered schema alone (:func:`table_schema_from_avro`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kayak import __version__
+from kayak.cdc.change import Change, Column, ColumnType, Row, TableSchema
+
+__all__ = [
+    "event_value",
+    "key_schema",
+    "table_schema_from_avro",
+    "topic_name",
+    "value_schema",
+]
+
+_AVRO_TYPES: dict[ColumnType, str] = {
+    ColumnType.BOOLEAN: "boolean",
+    ColumnType.INT: "int",
+    ColumnType.LONG: "long",
+    ColumnType.DOUBLE: "double",
+    ColumnType.DECIMAL: "string",
+    ColumnType.STRING: "string",
+    ColumnType.BYTES: "bytes",
+}
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _avro_name(part: str) -> str:
+    """``part`` as an Avro name component (letters, digits, ``_``; not starting with a digit)."""
+    name = _NOT_NAME.sub("_", part) or "_"
+    return "_" + name if name[0].isdigit() else name
+
+
+def topic_name(prefix: str, table: TableSchema) -> str:
+    """The change topic of a table: ``PREFIX.SCHEMA.TABLE`` (Debezium's naming)."""
+    return f"{prefix}.{table.schema}.{table.name}"
+
+
+def _namespace(prefix: str, table: TableSchema) -> str:
+    return ".".join(_avro_name(p) for p in (prefix, table.schema, table.name))
+
+
+def _field(column: Column, *, in_key: bool) -> dict[str, Any]:
+    avro_type = _AVRO_TYPES[column.type]
+    field: dict[str, Any] = {"name": column.name}
+    # Row images may be partial (a PostgreSQL delete under REPLICA IDENTITY DEFAULT carries
+    # only the key), so every non-key field may be null in Avro; the column's own
+    # nullability travels as "kayak.nullable".
+    if in_key:
+        field["type"] = avro_type
+    else:
+        field["type"] = ["null", avro_type]
+        field["default"] = None
+    field["kayak.type"] = column.type.value
+    field["kayak.source_type"] = column.source_type
+    field["kayak.nullable"] = column.nullable
+    return field
+
+
+def _check_field_names(table: TableSchema) -> None:
+    for column in table.columns:
+        if _NOT_NAME.search(column.name) or column.name[:1].isdigit():
+            raise ValueError(
+                f"column {column.name!r} of {table.qualified_name} is not a valid Avro field "
+                "name (letters, digits and _ only, not starting with a digit)"
+            )
+
+
+def key_schema(prefix: str, table: TableSchema) -> dict[str, Any]:
+    """The Avro schema of a table's event keys: its primary-key columns."""
+    _check_field_names(table)
+    return {
+        "type": "record",
+        "name": "Key",
+        "namespace": _namespace(prefix, table),
+        "fields": [_field(table.column(k), in_key=True) for k in table.key],
+        "kayak.key": list(table.key),
+    }
+
+
+def value_schema(prefix: str, table: TableSchema, connector: str) -> dict[str, Any]:
+    """The Avro schema of a table's event values: Debezium's envelope around its rows."""
+    _check_field_names(table)
+    row = {
+        "type": "record",
+        "name": "Value",
+        "fields": [_field(c, in_key=False) for c in table.columns],
+    }
+    nullable_long: list[Any] = ["null", "long"]
+    source = {
+        "type": "record",
+        "name": "Source",
+        "fields": [
+            {"name": "version", "type": "string"},
+            {"name": "connector", "type": "string"},
+            {"name": "name", "type": "string"},
+            {"name": "ts_ms", "type": "long"},
+            {"name": "snapshot", "type": "string", "default": "false"},
+            {"name": "db", "type": "string"},
+            {"name": "schema", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "txId", "type": nullable_long, "default": None},
+            {"name": "lsn", "type": nullable_long, "default": None},
+            {"name": "change_id", "type": nullable_long, "default": None},
+            {"name": "pos", "type": "string"},
+        ],
+    }
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": _namespace(prefix, table),
+        "connector": connector,
+        "kayak.schema": table.schema,
+        "kayak.table": table.name,
+        "kayak.key": list(table.key),
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        ],
+    }
+
+
+def event_value(
+    change: Change, *, op: str, before: Row | None, after: Row | None, prefix: str,
+    connector: str, db: str, now_ms: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The envelope of one event (``op``/``before``/``after`` may differ from the change's own
+    when a primary-key change is split into a delete and a create)."""
+    return {
+        "before": before,
+        "after": after,
+        "source": {
+            "version": __version__,
+            "connector": connector,
+            "name": prefix,
+            "ts_ms": change.ts_ms,
+            "snapshot": change.snapshot,
+            "db": db,
+            "schema": change.table.schema,
+            "table": change.table.name,
+            "txId": change.tx_id,
+            "lsn": change.lsn,
+            "change_id": change.change_id,
+            "pos": change.position,
+        },
+        "op": op,
+        "ts_ms": now_ms,
+    }
+
+
+def table_schema_from_avro(schema: Mapping[str, Any]) -> TableSchema:
+    """The table an envelope schema (as registered by kayak) describes."""
+    if schema.get("name") != "Envelope" and not str(schema.get("name", "")).endswith(
+        ".Envelope"
+    ):
+        raise ValueError(f"not a kayak change-event schema: {schema.get('name')!r}")
+    fields = {f["name"]: f for f in schema["fields"]}
+    row_type = next(t for t in fields["before"]["type"] if isinstance(t, dict))
+    columns = []
+    for f in row_type["fields"]:
+        avro_type = f["type"]
+        nullable = bool(f.get("kayak.nullable", isinstance(avro_type, list)))
+        columns.append(
+            Column(
+                name=f["name"],
+                type=ColumnType(f.get("kayak.type", _plain_type(avro_type))),
+                nullable=nullable,
+                source_type=f.get("kayak.source_type", ""),
+            )
+        )
+    source_fields = {f["name"] for f in fields["source"]["type"]["fields"]}
+    if "pos" not in source_fields:
+        raise ValueError("change-event schema has no source.pos: not made by kayak")
+    return TableSchema(
+        str(schema["kayak.schema"]),
+        str(schema["kayak.table"]),
+        tuple(columns),
+        tuple(schema["kayak.key"]),
+    )
+
+
+def _plain_type(avro_type: Any) -> str:
+    if isinstance(avro_type, list):
+        avro_type = next(t for t in avro_type if t != "null")
+    return {"boolean": "boolean", "int": "int", "long": "long", "double": "double",
+            "string": "string", "bytes": "bytes"}.get(str(avro_type), "string")  # fmt: skip

@@ -1,0 +1,199 @@
+"""What the PostgreSQL catalog says about captured tables and about the server's readiness.
+
+Every function takes an open psycopg connection and raises
+:class:`~kayak.cdc.errors.SourceSetupError` with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from kayak.cdc.change import Column, TableSchema
+from kayak.cdc.errors import SourceSetupError
+from kayak.cdc.postgres.types import column_type
+
+__all__ = [
+    "CatalogTable",
+    "check_replication_ready",
+    "format_types",
+    "load_table",
+    "parse_table_name",
+    "primary_key",
+    "redact_dsn",
+]
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password, for error messages."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo("", **params)
+
+
+def parse_table_name(name: str) -> tuple[str, str]:
+    """``"schema.table"`` or ``"table"`` (schema ``public``) → ``(schema, table)``."""
+    schema, dot, table = name.partition(".")
+    if not dot:
+        schema, table = "public", name
+    if not schema or not table or "." in table:
+        raise SourceSetupError(f"bad table name {name!r}: expected 'table' or 'schema.table'")
+    return schema, table
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    """A captured table as the catalog describes it now."""
+
+    oid: int
+    schema: TableSchema
+    type_oids: tuple[int, ...]  # per column, for reading raw text values
+    replica_identity: str  # pg_class.relreplident: 'd', 'f', 'i' or 'n'
+
+
+def check_replication_ready(conn: psycopg.Connection[Any]) -> None:
+    """wal_level is logical, the role may use replication slots, the database is UTF-8."""
+    row = conn.execute(
+        "SELECT current_setting('wal_level'), current_setting('server_encoding'), "
+        "r.rolsuper OR r.rolreplication, current_user "
+        "FROM pg_roles r WHERE r.rolname = current_user"
+    ).fetchone()
+    assert row is not None
+    wal_level, encoding, may_replicate, user = row
+    if wal_level != "logical":
+        raise SourceSetupError(
+            f"PostgreSQL wal_level is {wal_level!r}; change data capture needs 'logical' "
+            "(set wal_level = logical in postgresql.conf and restart the server)"
+        )
+    if not may_replicate:
+        raise SourceSetupError(
+            f"role {user!r} may not use replication slots: ALTER ROLE {user} REPLICATION"
+        )
+    if encoding != "UTF8":
+        raise SourceSetupError(
+            f"database encoding is {encoding}; capture reads values as UTF-8 text and needs a "
+            "UTF8 database"
+        )
+
+
+def primary_key(conn: psycopg.Connection[Any], table_oid: int) -> tuple[str, ...]:
+    """The primary key's column names in key order (empty if there is none)."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i "
+        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.position",
+        (table_oid,),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def load_table(conn: psycopg.Connection[Any], schema: str, name: str) -> CatalogTable:
+    """Read a table's columns, key and replica identity; error if it cannot be captured."""
+    qualified = f"{schema}.{name}"
+    row = conn.execute(
+        "SELECT c.oid, c.relkind, c.relreplident, has_table_privilege(c.oid, 'SELECT') "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, name),
+    ).fetchone()
+    if row is None:
+        raise SourceSetupError(f"table {qualified} does not exist")
+    oid, relkind, replica_identity, may_select = row
+    if relkind not in ("r", "p"):
+        raise SourceSetupError(f"{qualified} is not a table (relkind {relkind!r})")
+    if not may_select:
+        raise SourceSetupError(f"no SELECT privilege on {qualified} (needed for the snapshot)")
+    # pgoutput leaves generated columns out of its tuples, so the schema does too.
+    columns_rows = conn.execute(
+        "SELECT attname, atttypid, format_type(atttypid, atttypmod), attnotnull "
+        "FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
+        "AND attgenerated = '' ORDER BY attnum",
+        (oid,),
+    ).fetchall()
+    key = primary_key(conn, oid)
+    if not key:
+        raise SourceSetupError(
+            f"table {qualified} has no primary key; capture needs one for per-key order"
+        )
+    if replica_identity not in ("d", "f"):
+        kind = {"n": "NOTHING", "i": "USING INDEX"}.get(replica_identity, replica_identity)
+        raise SourceSetupError(
+            f"table {qualified} has REPLICA IDENTITY {kind}; capture supports DEFAULT "
+            f"(primary key) and FULL: ALTER TABLE {qualified} REPLICA IDENTITY DEFAULT"
+        )
+    columns = tuple(
+        Column(attname, column_type(typid), nullable=not notnull, source_type=source_type)
+        for attname, typid, source_type, notnull in columns_rows
+    )
+    return CatalogTable(
+        oid=oid,
+        schema=TableSchema(schema=schema, name=name, columns=columns, key=key),
+        type_oids=tuple(r[1] for r in columns_rows),
+        replica_identity=replica_identity,
+    )
+
+
+def format_types(
+    conn: psycopg.Connection[Any], types: Sequence[tuple[int, int]]
+) -> list[str]:
+    """``format_type(oid, typmod)`` for each pair, in one round trip."""
+    if not types:
+        return []
+    rows = conn.execute(
+        "SELECT format_type(t.oid, t.typmod) FROM unnest(%s::oid[], %s::int[]) "
+        "WITH ORDINALITY AS t(oid, typmod, position) ORDER BY t.position",
+        ([oid for oid, _ in types], [mod for _, mod in types]),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def not_null_columns(conn: psycopg.Connection[Any], table_oid: int) -> set[str]:
+    """Names of the table's NOT NULL columns as of now."""
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+        "AND NOT attisdropped AND attnotnull",
+        (table_oid,),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def tables_in_publication(conn: psycopg.Connection[Any], publication: str) -> set[tuple[str, str]]:
+    """``(schema, table)`` of every table the publication publishes."""
+    rows = conn.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+        (publication,),
+    ).fetchall()
+    return {(r[0], r[1]) for r in rows}
+
+
+def check_publication(
+    conn: psycopg.Connection[Any], publication: str, tables: Iterable[tuple[str, str]]
+) -> None:
+    """The publication exists, publishes inserts, updates and deletes, and every table."""
+    row = conn.execute(
+        "SELECT pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = %s",
+        (publication,),
+    ).fetchone()
+    if row is None:
+        raise SourceSetupError(
+            f"publication {publication!r} does not exist: run "
+            "kayak.cdc.postgres.enable(dsn, tables) first"
+        )
+    if not row[0]:
+        raise SourceSetupError(
+            f"publication {publication!r} must publish insert, update and delete"
+        )
+    published = tables_in_publication(conn, publication)
+    missing = [f"{s}.{t}" for s, t in tables if (s, t) not in published]
+    if missing:
+        raise SourceSetupError(
+            f"publication {publication!r} does not publish {', '.join(missing)}: run "
+            "kayak.cdc.postgres.enable(dsn, tables) with every captured table"
+        )

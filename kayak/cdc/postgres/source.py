@@ -1,0 +1,730 @@
+"""A :class:`~kayak.cdc.source.ChangeSource` reading PostgreSQL through logical decoding.
+
+The built-in ``pgoutput`` plugin decodes the WAL of the tables in a publication (see
+:func:`kayak.cdc.postgres.enable`); changes are read with
+``pg_logical_slot_peek_binary_changes`` on an ordinary connection and the slot is moved
+with ``pg_replication_slot_advance`` only when the capture loop acknowledges.
+
+Initial snapshot, then streaming without a gap
+    The slot is created on a replication connection with ``CREATE_REPLICATION_SLOT ...
+    LOGICAL pgoutput EXPORT_SNAPSHOT``, which returns the slot's *consistent point* C and
+    the name of a snapshot that sees exactly the transactions whose commit record lies
+    before C. A second connection imports that snapshot (``REPEATABLE READ`` + ``SET
+    TRANSACTION SNAPSHOT``) while the first stays open, and reads every table: ``Op.READ``
+    changes, ``snapshot="true"`` and ``"last"`` on the final one. The slot decodes exactly
+    the transactions whose commit record lies at or after C, so every row change is in the
+    snapshot or in the stream, never in both and never in neither.
+
+Positions
+    ``format_position(commit_lsn, change_lsn, seq)``. A streamed change uses its
+    transaction's commit record LSN, the LSN of its own WAL record, and its index within the
+    transaction (one multi-insert record carries several rows). A snapshot row uses
+    ``(C, 0, n)``. Per-key order holds because a key's changes are ordered by commit:
+    the snapshot reflects every commit before C, each streamed transaction commits at or
+    after C and later transactions commit later. A transaction that *started* before C
+    and committed after it is not in the snapshot and is streamed; some of its change LSNs
+    are below C, but the commit LSN comes first in the position, so its changes still sort
+    after the snapshot row of the same key (and a streamed change's change LSN is never 0,
+    so even a commit exactly at C sorts after ``(C, 0, n)``). Within a transaction, WAL
+    order is the order the rows changed.
+
+Snapshot durability
+    If capture dies before the last snapshot row is acknowledged, the next start drops the
+    slot and takes a new snapshot. Acknowledging the ``"last"`` row (or any streamed change)
+    records "snapshot done" in the publication's comment (see :mod:`.slot`).
+
+Acknowledgement
+    ``acknowledge(last)`` advances the slot to the end LSN of the newest transaction all of
+    whose changes are at or before ``last``, never into a transaction with unacknowledged
+    changes: a restart peeks again from there and hands out every unacknowledged change
+    (at-least-once). ``pg_replication_slot_advance`` is made durable by the server's next
+    checkpoint; a crash before it re-delivers, which the target's position guard absorbs.
+    Peeking always starts at the slot's confirmed position, so transactions already handed
+    out are decoded again (and skipped) until acknowledged: acknowledge often.
+
+Heartbeats
+    A slot on a quiet database would pin the WAL other databases write. When nothing is
+    handed out unacknowledged and a peek finds nothing new, the slot is advanced (at most
+    every ``heartbeat_interval_s``) to ``pg_current_wal_flush_lsn()`` read *before* that
+    peek. That is safe: the peek decodes to the flush position at its start, waiting for a
+    commit record that straddles it, so any captured transaction committing before the
+    advanced-to LSN would have been returned.
+
+REPLICA IDENTITY
+    ``FULL``: updates and deletes carry the whole old row, ``Change.before`` is complete.
+    ``DEFAULT`` (primary key): deletes carry only the key, so ``Change.before`` holds only
+    the key columns; updates carry no old row (``before`` is None) unless the primary key
+    changed, when ``before`` holds the old key, so the publisher can emit a delete of the
+    old key and a create of the new one. ``NOTHING`` and ``USING INDEX`` are refused.
+
+Unchanged TOAST values
+    An update that leaves a large (TOASTed) column alone sends it as "unchanged", not its
+    value. The after image still carries the value: from the old row under FULL, else from
+    a bounded in-memory cache of the last large values seen per key (exact: it is the value
+    at the previous change of that key), else read from the table by key (the current value,
+    possibly newer than this change; the later change that set it follows in the stream,
+    so the target converges). If the row is gone by then, the column is None and its name
+    is listed in ``Change.extra["unavailable_columns"]``.
+
+Schema changes and truncation
+    A Relation message whose columns differ makes a new :class:`TableSchema` that the
+    following changes carry (new columns, types; nullability and key from the catalog at
+    that time). TRUNCATE is logged as a warning and otherwise ignored (Debezium's ``t``
+    events are out of scope): the target keeps the rows.
+
+Session settings (time zone UTC, ISO dates, hex bytea: :data:`.types.SESSION_SETTINGS`)
+make values' text the same from the snapshot and the stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+
+from kayak.cdc.change import Change, Column, Op, Row, TableSchema, format_position
+from kayak.cdc.errors import CaptureError, SourceSetupError
+from kayak.cdc.postgres import catalog, pgoutput, slot
+from kayak.cdc.postgres.pgoutput import UNCHANGED_TOAST, TupleValue
+from kayak.cdc.postgres.types import SESSION_SETTINGS, column_type, decode_value
+
+__all__ = ["PostgresSource", "format_lsn", "parse_lsn"]
+
+log = logging.getLogger(__name__)
+
+# Values this long may be stored out of line (TOAST starts near 2 kB), so cache them.
+_TOASTABLE_LEN = 1024
+
+
+def format_lsn(lsn: int) -> str:
+    """An LSN as PostgreSQL writes it (``16/B374D848``)."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(text: str) -> int:
+    """PostgreSQL's ``hi/lo`` LSN text → int."""
+    hi, _, lo = text.partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+class _RawTextLoader(Loader):
+    """Leave a result value as the type's text output, as pgoutput sends it."""
+
+    def load(self, data: Buffer) -> str:
+        return bytes(data).decode()
+
+
+def _raw_text_cursor(
+    conn: psycopg.Connection[Any], type_oids: Sequence[int]
+) -> psycopg.Cursor[Any]:
+    """A cursor returning these types' values as text (the connection's other queries keep
+    their usual Python types)."""
+    cursor = conn.cursor()
+    for oid in set(type_oids):
+        cursor.adapters.register_loader(oid, _RawTextLoader)
+    return cursor
+
+
+def _apply_session_settings(conn: psycopg.Connection[Any]) -> None:
+    for name, value in SESSION_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+
+@dataclass
+class _Relation:
+    """How to read one relation's tuples: its current schema and column type OIDs."""
+
+    oid: int
+    table: TableSchema
+    type_oids: tuple[int, ...]
+    signature: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass
+class _Transaction:
+    """A decoded transaction: where the slot may move once all its changes are acknowledged."""
+
+    commit_lsn: int
+    end_lsn: int
+    last_position: str | None  # None: no captured change (nothing to wait for)
+    rows: int  # peek rows it took, to size the next peek
+
+
+@dataclass
+class _ToastCache:
+    """Last seen large values per (table, key), bounded by total size, least recent out."""
+
+    max_bytes: int
+    entries: OrderedDict[tuple[str, tuple[Any, ...]], dict[str, Any]] = field(
+        default_factory=OrderedDict)
+    size: int = 0
+
+    @staticmethod
+    def _cost(values: dict[str, Any]) -> int:
+        return sum(len(v) for v in values.values())
+
+    def get(self, key: tuple[str, tuple[Any, ...]]) -> dict[str, Any] | None:
+        values = self.entries.get(key)
+        if values is not None:
+            self.entries.move_to_end(key)
+        return values
+
+    def forget(self, key: tuple[str, tuple[Any, ...]]) -> None:
+        values = self.entries.pop(key, None)
+        if values is not None:
+            self.size -= self._cost(values)
+
+    def remember(self, key: tuple[str, tuple[Any, ...]], row: Row) -> None:
+        large = {c: v for c, v in row.items()
+                 if isinstance(v, str | bytes) and len(v) >= _TOASTABLE_LEN}
+        self.forget(key)
+        if not large or self._cost(large) > self.max_bytes:
+            return
+        self.entries[key] = large
+        self.size += self._cost(large)
+        while self.size > self.max_bytes:
+            _, evicted = self.entries.popitem(last=False)
+            self.size -= self._cost(evicted)
+
+
+class PostgresSource:
+    """Capture ``tables`` of a PostgreSQL database: snapshot first, then the slot's stream.
+
+    ``dsn`` is a libpq connection string or URI. ``tables`` are ``"table"`` (schema
+    ``public``) or ``"schema.table"``, all in ``publication`` (create it with
+    :func:`kayak.cdc.postgres.enable`). ``slot_name`` is created on first start (and anew
+    when a previous snapshot was not acknowledged). ``heartbeat_interval_s`` bounds how
+    often an idle slot is moved up to the server's WAL. ``snapshot_fetch_rows`` is how
+    many rows one snapshot round trip fetches, ``peek_rows`` roughly how many decoded
+    messages one peek asks for, ``toast_cache_bytes`` the size of the unchanged-TOAST cache
+    and ``poll_interval_s`` the pause between peeks while :meth:`read` waits.
+
+    Not thread-safe: one capture loop drives it. See the module docstring for the design.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        tables: Sequence[str],
+        *,
+        slot_name: str = "kayak",
+        publication: str = "kayak",
+        heartbeat_interval_s: float = 10.0,
+        snapshot_fetch_rows: int = 2000,
+        peek_rows: int = 5000,
+        toast_cache_bytes: int = 64 << 20,
+        poll_interval_s: float = 0.2,
+    ) -> None:
+        if not tables:
+            raise SourceSetupError("no tables to capture")
+        self._dsn = dsn
+        self._slot = slot.validate_name("slot", slot_name)
+        self._publication = slot.validate_name("publication", publication)
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._snapshot_fetch_rows = max(1, snapshot_fetch_rows)
+        self._peek_rows = max(1, peek_rows)
+        self._poll_interval_s = poll_interval_s
+        self._names = [catalog.parse_table_name(t) for t in tables]
+        self._toast = _ToastCache(toast_cache_bytes)
+
+        self._conn = slot.connect(dsn)
+        self._replication_conn: psycopg.Connection[Any] | None = None
+        self._snapshot_conn: psycopg.Connection[Any] | None = None
+        try:
+            _apply_session_settings(self._conn)
+            catalog.check_replication_ready(self._conn)
+            self._tables: dict[tuple[str, str], catalog.CatalogTable] = {
+                name: catalog.load_table(self._conn, *name) for name in self._names
+            }
+            catalog.check_publication(self._conn, self._publication, self._names)
+            self._relations: dict[int, _Relation] = {
+                t.oid: _Relation(t.oid, t.schema, t.type_oids) for t in self._tables.values()
+            }
+            self._schemas_by_signature: dict[tuple[Any, ...], TableSchema] = {}
+            self._pending: deque[Change] = deque()
+            self._transactions: deque[_Transaction] = deque()
+            self._last_decoded_commit = 0
+            self._last_heartbeat = time.monotonic()
+            self._snapshot_rows: Iterator[Change] | None = None
+            self._snapshot_lookahead: Change | None = None
+            self._snapshot_done = False
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        info = slot.slot_info(self._conn, self._slot)
+        dbname = self._conn.info.dbname
+        if info is not None and info[0] != dbname:
+            raise SourceSetupError(
+                f"replication slot {self._slot!r} belongs to database {info[0]!r}, not "
+                f"{dbname!r}; choose another slot_name"
+            )
+        done_at = slot.snapshot_done_lsn(self._conn, self._publication, self._slot)
+        if info is not None and done_at is not None:
+            self._confirmed = info[1]
+            self._consistent_point = parse_lsn(done_at)
+            self._snapshot_done = True
+            log.info("streaming from slot %s at %s", self._slot, format_lsn(self._confirmed))
+            return
+        if info is not None:
+            log.warning("slot %s has no acknowledged snapshot; taking the snapshot again",
+                        self._slot)
+            slot.drop_slot(self._conn, self._slot)
+        slot.clear_snapshot_done(self._conn, self._publication, self._slot)
+        self._begin_snapshot()
+
+    def _begin_snapshot(self) -> None:
+        self._replication_conn = slot.connect(self._dsn, replication="database")
+        # Replication commands only speak the simple query protocol: use libpq's PQexec.
+        command = f"CREATE_REPLICATION_SLOT {self._slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
+        result = self._replication_conn.pgconn.exec_(command.encode())
+        if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            message = result.error_message.decode(errors="replace").strip()
+            raise SourceSetupError(f"cannot create replication slot {self._slot!r}: {message}")
+        fields = {
+            (result.fname(i) or b"").decode(): (result.get_value(0, i) or b"").decode()
+            for i in range(result.nfields)
+        }
+        self._consistent_point = parse_lsn(fields["consistent_point"])
+        self._confirmed = self._consistent_point
+        self._snapshot_ts_ms = int(time.time() * 1000)
+        log.info("created slot %s at %s; snapshot %s", self._slot,
+                 fields["consistent_point"], fields["snapshot_name"])
+
+        self._snapshot_conn = slot.connect(self._dsn)
+        _apply_session_settings(self._snapshot_conn)
+        self._snapshot_conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._snapshot_conn.execute(
+            sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(fields["snapshot_name"]))
+        )
+        self._snapshot_rows = self._snapshot_changes(self._snapshot_conn)
+        self._snapshot_lookahead = next(self._snapshot_rows, None)
+        if self._snapshot_lookahead is None:
+            self._finish_snapshot()
+            # Nothing to acknowledge: an empty snapshot is done as soon as it is taken.
+            self._mark_snapshot_done()
+
+    def _snapshot_changes(self, conn: psycopg.Connection[Any]) -> Iterator[Change]:
+        seq = 0
+        for number, name in enumerate(self._names):
+            table = self._tables[name]
+            cursor = _raw_text_cursor(conn, table.type_oids)
+            cursor_name = sql.Identifier(f"kayak_snapshot_{number}")
+            columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.schema.columns)
+            cursor.execute(
+                sql.SQL("DECLARE {} NO SCROLL CURSOR FOR SELECT {} FROM {}").format(
+                    cursor_name, columns, sql.Identifier(*name))
+            )
+            fetch = sql.SQL("FETCH FORWARD {} FROM {}").format(
+                sql.Literal(self._snapshot_fetch_rows), cursor_name)
+            while rows := cursor.execute(fetch).fetchall():
+                for values in rows:
+                    after = self._decode_row(table.schema, values)
+                    self._toast.remember(self._cache_key(table.schema, after), after)
+                    yield Change(
+                        op=Op.READ, table=table.schema, before=None, after=after,
+                        position=format_position(self._consistent_point, 0, seq),
+                        ts_ms=self._snapshot_ts_ms, snapshot="true",
+                        lsn=self._consistent_point,
+                    )
+                    seq += 1
+            cursor.execute(sql.SQL("CLOSE {}").format(cursor_name))
+
+    def _finish_snapshot(self) -> None:
+        self._snapshot_rows = None
+        if self._snapshot_conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._snapshot_conn.execute("COMMIT")
+            self._snapshot_conn.close()
+            self._snapshot_conn = None
+        if self._replication_conn is not None:
+            self._replication_conn.close()
+            self._replication_conn = None
+
+    def _mark_snapshot_done(self) -> None:
+        if self._snapshot_done:
+            return
+        try:
+            slot.mark_snapshot_done(self._conn, self._publication, self._slot,
+                                    format_lsn(self._consistent_point))
+        except psycopg.Error as e:
+            raise CaptureError(
+                f"cannot record the snapshot of slot {self._slot!r} as done in the comment "
+                f"of publication {self._publication!r}: {e}") from e
+        self._snapshot_done = True
+
+    # -- ChangeSource -----------------------------------------------------------------------
+
+    def tables(self) -> Sequence[TableSchema]:
+        """The captured tables with their columns as of the start."""
+        return [self._tables[name].schema for name in self._names]
+
+    def read(self, max_changes: int, timeout_s: float) -> list[Change]:
+        """Snapshot rows first, then streamed changes, in position order."""
+        if max_changes < 1:
+            return []
+        if self._snapshot_rows is not None:
+            return self._read_snapshot(max_changes)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._pending:
+                count = min(max_changes, len(self._pending))
+                return [self._pending.popleft() for _ in range(count)]
+            self._poll()
+            if self._pending:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            time.sleep(min(self._poll_interval_s, remaining))
+
+    def acknowledge(self, last: Change) -> None:
+        """Move the slot past every transaction whose changes are all at or before ``last``."""
+        self._mark_snapshot_done_if_acknowledged(last)
+        if last.snapshot != "false":
+            return
+        advance_to = 0
+        while self._transactions:
+            tx = self._transactions[0]
+            if tx.last_position is not None and tx.last_position > last.position:
+                break
+            advance_to = tx.end_lsn
+            self._transactions.popleft()
+        if advance_to > self._confirmed:
+            self._advance(advance_to)
+
+    def close(self) -> None:
+        """Close the connections; the slot keeps everything unacknowledged."""
+        for conn in (self._snapshot_conn, self._replication_conn, self._conn):
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+        self._snapshot_conn = self._replication_conn = None
+        self._snapshot_rows = None
+
+    def __enter__(self) -> PostgresSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- snapshot -----------------------------------------------------------------------------
+
+    def _read_snapshot(self, max_changes: int) -> list[Change]:
+        assert self._snapshot_rows is not None
+        batch: list[Change] = []
+        try:
+            while len(batch) < max_changes and self._snapshot_lookahead is not None:
+                current = self._snapshot_lookahead
+                self._snapshot_lookahead = next(self._snapshot_rows, None)
+                if self._snapshot_lookahead is None:
+                    current = dataclasses.replace(current, snapshot="last")
+                batch.append(current)
+        except psycopg.Error as e:
+            raise CaptureError(f"reading the initial snapshot failed: {e}") from e
+        if self._snapshot_lookahead is None:
+            self._finish_snapshot()
+        return batch
+
+    def _mark_snapshot_done_if_acknowledged(self, last: Change) -> None:
+        if not self._snapshot_done and (last.snapshot == "last" or last.snapshot == "false"):
+            self._mark_snapshot_done()
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        """Peek for transactions not decoded yet; heartbeat when there are none."""
+        try:
+            row = self._conn.execute(
+                "SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint").fetchone()
+            assert row is not None
+            flush_lsn = int(row[0])
+            found_new = self._peek()
+        except psycopg.errors.ObjectInUse as e:
+            raise CaptureError(f"replication slot {self._slot!r} is in use: {e}") from e
+        except psycopg.errors.UndefinedObject as e:
+            raise CaptureError(f"replication slot {self._slot!r} is gone: {e}") from e
+        except psycopg.Error as e:
+            raise CaptureError(f"reading replication slot {self._slot!r} failed: {e}") from e
+        if found_new:
+            return
+        unacknowledged = any(tx.last_position is not None for tx in self._transactions)
+        due = time.monotonic() - self._last_heartbeat >= self._heartbeat_interval_s
+        if not unacknowledged and due and flush_lsn > self._confirmed:
+            self._transactions.clear()
+            self._advance(flush_lsn)
+            self._last_heartbeat = time.monotonic()
+            log.debug("heartbeat: slot %s advanced to %s", self._slot, format_lsn(flush_lsn))
+
+    def _peek(self) -> bool:
+        """Decode from the slot's confirmed position; keep only transactions not seen yet."""
+        known_rows = sum(tx.rows for tx in self._transactions)
+        limit = known_rows + self._peek_rows
+        while True:
+            rows = self._conn.execute(
+                "SELECT (lsn - '0/0')::bigint, data FROM pg_logical_slot_peek_binary_changes("
+                "%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
+                (self._slot, limit, self._publication),
+            ).fetchall()
+            found_new = self._decode(rows)
+            # The limit is checked only at commits; a full answer of old transactions
+            # may hide newer ones behind it.
+            if found_new or len(rows) < limit:
+                return found_new
+            limit *= 2
+
+    def _decode(self, rows: list[tuple[int, bytes]]) -> bool:
+        found_new = False
+        begin: pgoutput.Begin | None = None
+        skip = False
+        tx_changes: list[Change] = []
+        tx_rows = 0
+        for lsn, data in rows:
+            message = pgoutput.parse_message(data)
+            tx_rows += 1
+            if isinstance(message, pgoutput.Begin):
+                begin, tx_changes, tx_rows = message, [], 1
+                skip = message.final_lsn <= self._last_decoded_commit
+            elif isinstance(message, pgoutput.Relation):
+                # Always, even in skipped transactions: a session sends a relation's shape
+                # once, before its first change, so the latest one seen is the one in force.
+                self._on_relation(message)
+            elif isinstance(message, pgoutput.Commit):
+                if begin is None:
+                    raise CaptureError("pgoutput Commit without Begin")
+                if not skip:
+                    self._transactions.append(_Transaction(
+                        commit_lsn=message.commit_lsn, end_lsn=message.end_lsn,
+                        last_position=tx_changes[-1].position if tx_changes else None,
+                        rows=tx_rows))
+                    self._pending.extend(tx_changes)
+                    self._last_decoded_commit = message.commit_lsn
+                    found_new = True
+                begin = None
+            elif skip:
+                continue
+            elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+                if begin is None:
+                    raise CaptureError("pgoutput row change outside a transaction")
+                change = self._to_change(message, begin, lsn, len(tx_changes))
+                if change is not None:
+                    tx_changes.append(change)
+            elif isinstance(message, pgoutput.Truncate):
+                names = [self._relations[o].table.qualified_name
+                         for o in message.relation_oids if o in self._relations]
+                if names:
+                    log.warning("TRUNCATE of %s not captured: the target keeps its rows",
+                                ", ".join(names))
+            # Origin, Type and Message carry nothing a change needs.
+        return found_new
+
+    def _advance(self, lsn: int) -> None:
+        try:
+            row = self._conn.execute(
+                "SELECT (end_lsn - '0/0')::bigint FROM pg_replication_slot_advance(%s, %s)",
+                (self._slot, format_lsn(lsn)),
+            ).fetchone()
+        except psycopg.Error as e:
+            raise CaptureError(f"advancing replication slot {self._slot!r} failed: {e}") from e
+        assert row is not None
+        self._confirmed = max(self._confirmed, int(row[0]))
+
+    # -- decoding -------------------------------------------------------------------------------
+
+    def _on_relation(self, message: pgoutput.Relation) -> None:
+        current = self._relations.get(message.oid)
+        if current is None and (message.namespace, message.name) not in self._tables:
+            return  # published, but not captured by this source
+        signature = tuple((c.name, c.type_oid, c.type_modifier) for c in message.columns)
+        if current is not None and current.signature == signature:
+            return
+        schema = self._schemas_by_signature.get((message.oid, signature))
+        if schema is None:
+            schema = self._schema_from_relation(message, current)
+            self._schemas_by_signature[(message.oid, signature)] = schema
+        self._relations[message.oid] = _Relation(
+            message.oid, schema, tuple(c.type_oid for c in message.columns), signature)
+
+    def _schema_from_relation(
+        self, message: pgoutput.Relation, current: _Relation | None
+    ) -> TableSchema:
+        source_types = catalog.format_types(
+            self._conn, [(c.type_oid, c.type_modifier) for c in message.columns])
+        not_null = catalog.not_null_columns(self._conn, message.oid)
+        columns = tuple(
+            Column(c.name, column_type(c.type_oid), nullable=c.name not in not_null,
+                   source_type=source_type)
+            for c, source_type in zip(message.columns, source_types, strict=True)
+        )
+        names = {c.name for c in columns}
+        key = catalog.primary_key(self._conn, message.oid)
+        if not key or any(k not in names for k in key):
+            # The key as of now does not fit this older shape: keep the one we had.
+            key = current.table.key if current is not None else ()
+        schema = TableSchema(message.namespace, message.name, columns, key)
+        if current is not None and schema == current.table:
+            return current.table
+        log.info("schema of %s changed: %s", schema.qualified_name,
+                 ", ".join(f"{c.name} {c.source_type}" for c in columns))
+        return schema
+
+    def _decode_row(self, table: TableSchema, values: Sequence[Any]) -> Row:
+        return {
+            column.name: None if value is None else decode_value(column.type, value)
+            for column, value in zip(table.columns, values, strict=True)
+        }
+
+    def _decode_tuple(
+        self, table: TableSchema, values: Sequence[TupleValue]
+    ) -> tuple[Row, list[str]]:
+        """A tuple's row, and the columns it left out as unchanged TOAST values."""
+        if len(values) != len(table.columns):
+            raise CaptureError(
+                f"{table.qualified_name}: tuple has {len(values)} columns, relation "
+                f"{len(table.columns)}")
+        row: Row = {}
+        unchanged: list[str] = []
+        for column, value in zip(table.columns, values, strict=True):
+            if value is UNCHANGED_TOAST:
+                unchanged.append(column.name)
+                row[column.name] = None
+            elif isinstance(value, str):
+                row[column.name] = decode_value(column.type, value)
+            elif value is None:
+                row[column.name] = None
+            else:
+                raise CaptureError("pgoutput sent a binary value; the binary option is not used")
+        return row, unchanged
+
+    @staticmethod
+    def _cache_key(table: TableSchema, row: Row) -> tuple[str, tuple[Any, ...]]:
+        return table.qualified_name, tuple(row[k] for k in table.key)
+
+    def _to_change(
+        self,
+        message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
+        begin: pgoutput.Begin,
+        lsn: int,
+        seq: int,
+    ) -> Change | None:
+        relation = self._relations.get(message.relation_oid)
+        if relation is None:
+            return None  # a published table this source does not capture
+        table = relation.table
+        before: Row | None = None
+        after: Row | None = None
+        extra: dict[str, Any] = {}
+        if isinstance(message, pgoutput.Insert):
+            op = Op.CREATE
+            after, _ = self._decode_tuple(table, message.new)
+        elif isinstance(message, pgoutput.Update):
+            op = Op.UPDATE
+            if message.old is not None:
+                old, _ = self._decode_tuple(table, message.old)
+                before = old if message.old_kind == "O" else table.key_of(old)
+            after, unchanged = self._decode_tuple(table, message.new)
+            if unchanged:
+                missing = self._fill_unchanged(relation, after, unchanged, before, message)
+                if missing:
+                    extra["unavailable_columns"] = missing
+        else:
+            op = Op.DELETE
+            old, _ = self._decode_tuple(table, message.old)
+            before = old if message.old_kind == "O" else table.key_of(old)
+        self._track_toast(table, before, after)
+        return Change(
+            op=op, table=table, before=before, after=after,
+            position=format_position(begin.final_lsn, lsn, seq),
+            ts_ms=begin.commit_ts_us // 1000, snapshot="false", tx_id=begin.xid, lsn=lsn,
+            extra=extra,
+        )
+
+    def _track_toast(self, table: TableSchema, before: Row | None, after: Row | None) -> None:
+        if before is not None and (after is None or table.key_of(before) != table.key_of(after)):
+            self._toast.forget(self._cache_key(table, before))
+        if after is not None:
+            self._toast.remember(self._cache_key(table, after), after)
+
+    def _fill_unchanged(
+        self,
+        relation: _Relation,
+        after: Row,
+        unchanged: list[str],
+        before: Row | None,
+        message: pgoutput.Update,
+    ) -> list[str]:
+        """Put values into the columns an update left out; the names still missing."""
+        table = relation.table
+        missing: list[str] = []
+        # Under DEFAULT an update that changed the key sends the old key: the cache and the
+        # table know the row by that key only if it did not change.
+        old_key = self._cache_key(table, before if before is not None else after)
+        cached = self._toast.get(old_key) or {}
+        for name in unchanged:
+            if message.old_kind == "O" and before is not None and before.get(name) is not None:
+                after[name] = before[name]
+            elif name in cached:
+                after[name] = cached[name]
+            else:
+                missing.append(name)
+        if not missing:
+            return []
+        fetched = self._fetch_current(relation, after, missing)
+        if fetched is None:
+            log.warning("%s: row %s is gone; unchanged TOAST columns %s unavailable",
+                        table.qualified_name, table.key_of(after), missing)
+            return missing
+        after.update(fetched)
+        return []
+
+    def _fetch_current(self, relation: _Relation, after: Row, names: list[str]) -> Row | None:
+        """The row's current values of ``names``, looked up by the after image's key."""
+        table = relation.table
+        cursor = _raw_text_cursor(self._conn, relation.type_oids)
+        key_columns = [table.column(k) for k in table.key]
+        where = sql.SQL(" AND ").join(
+            sql.SQL("{} = %s::{}").format(sql.Identifier(c.name), sql.SQL(c.source_type))
+            for c in key_columns
+        )
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.Identifier(table.schema, table.name), where)
+        params = [_as_text(after[c.name]) for c in key_columns]
+        try:
+            row = cursor.execute(query, params).fetchone()
+        except psycopg.Error as e:
+            raise CaptureError(f"reading unchanged TOAST values of {table.qualified_name}: {e}"
+                               ) from e
+        if row is None:
+            return None
+        return {
+            name: None if value is None else decode_value(table.column(name).type, value)
+            for name, value in zip(names, row, strict=True)
+        }
+
+
+def _as_text(value: Any) -> str | None:
+    """A key value as text PostgreSQL can cast back to the column's type."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

@@ -1,0 +1,167 @@
+"""Reading a SQLite database's CDC log tables as :class:`~kayak.cdc.change.Change` values."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kayak.cdc.change import Change, Op, Row, TableSchema, format_position
+from kayak.cdc.errors import CaptureError
+from kayak.cdc.sqlite.schema import coerce_value, quote_identifier, read_table_schema
+from kayak.cdc.sqlite.triggers import install_triggers, log_table_name
+
+__all__ = ["SqliteSource"]
+
+log = logging.getLogger(__name__)
+
+_OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE, "r": Op.READ}
+
+
+def _untag(value: Any) -> Any:
+    """Undo the trigger's tagging of BLOB and REAL values (see ``triggers``)."""
+    if isinstance(value, dict):
+        if "$b" in value:
+            return bytes.fromhex(value["$b"])
+        if "$r" in value:
+            return float(value["$r"])
+    return value
+
+
+class SqliteSource:
+    """A :class:`~kayak.cdc.source.ChangeSource` over tables captured with
+    :func:`kayak.cdc.sqlite.enable`.
+
+    Changes of one table come out in change-id order; tables are read in turn. Nothing is
+    deleted from a log table until :meth:`acknowledge`; a new source on the same database
+    starts again from the oldest change still logged.
+    """
+
+    def __init__(self, path: str, tables: Sequence[str], *, poll_interval_s: float = 0.02):
+        if not tables:
+            raise CaptureError("no tables to capture")
+        self.path = path
+        self._poll_interval_s = poll_interval_s
+        # Made in one thread, used by the capture thread: one user at a time, so sharing is safe.
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, timeout=30.0, check_same_thread=False
+        )
+        self._schemas: dict[str, TableSchema] = {}
+        self._last_read: dict[str, int] = {}
+        self._unacknowledged: list[tuple[str, int]] = []
+        self._schema_version = -1
+        for table in tables:
+            exists = self._conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (log_table_name(table),),
+            ).fetchone()
+            if not exists:
+                raise CaptureError(
+                    f"SQLite table {table!r} is not captured: run `kayak cdc enable {path} "
+                    f"{table}` first"
+                )
+            self._last_read[table] = 0
+        self._refresh_schemas()
+
+    def tables(self) -> Sequence[TableSchema]:
+        return list(self._schemas.values())
+
+    def _refresh_schemas(self) -> None:
+        version = self._conn.execute("PRAGMA schema_version").fetchone()[0]
+        if version == self._schema_version:
+            return
+        for table in self._last_read:
+            schema = read_table_schema(self._conn, table)
+            known = self._schemas.get(table)
+            if known is not None and known.columns != schema.columns:
+                log.info("table %s changed columns; reinstalling its CDC triggers", table)
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    schema = install_triggers(self._conn, table)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+            self._schemas[table] = schema
+        self._schema_version = self._conn.execute("PRAGMA schema_version").fetchone()[0]
+
+    def read(self, max_changes: int, timeout_s: float) -> list[Change]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._refresh_schemas()
+            changes: list[Change] = []
+            share = max(1, max_changes // len(self._last_read))
+            for table in self._last_read:
+                changes.extend(self._read_table(table, min(share, max_changes - len(changes))))
+                if len(changes) >= max_changes:
+                    break
+            if changes or time.monotonic() >= deadline:
+                return changes
+            time.sleep(self._poll_interval_s)
+
+    def _read_table(self, table: str, limit: int) -> list[Change]:
+        if limit <= 0:
+            return []
+        rows = self._conn.execute(
+            f"SELECT change_id, op, before, after, ts_ms FROM "
+            f"{quote_identifier(log_table_name(table))} WHERE change_id > ? "
+            "ORDER BY change_id LIMIT ?",
+            (self._last_read[table], limit),
+        ).fetchall()
+        schema = self._schemas[table]
+        changes = []
+        for change_id, op, before, after, ts_ms in rows:
+            changes.append(
+                Change(
+                    op=_OPS[op],
+                    table=schema,
+                    before=self._image(schema, before, change_id),
+                    after=self._image(schema, after, change_id),
+                    position=format_position(change_id),
+                    ts_ms=ts_ms,
+                    snapshot="true" if op == "r" else "false",
+                    change_id=change_id,
+                )
+            )
+            self._unacknowledged.append((table, change_id))
+        if rows:
+            self._last_read[table] = rows[-1][0]
+        return changes
+
+    def _image(self, schema: TableSchema, text: str | None, change_id: int) -> Row | None:
+        if text is None:
+            return None
+        try:
+            raw = json.loads(text)
+        except ValueError as e:
+            raise CaptureError(
+                f"change {change_id} of {schema.name}: unreadable image in the log: {e}"
+            ) from None
+        # A column added after this change was logged is absent: it had its default then.
+        return {
+            c.name: coerce_value(schema.name, c, _untag(raw.get(c.name))) for c in schema.columns
+        }
+
+    def acknowledge(self, last: Change) -> None:
+        if last.change_id is None:
+            raise ValueError("not a change of this source")
+        entry = (last.table.name, last.change_id)
+        try:
+            upto = self._unacknowledged.index(entry)
+        except ValueError:
+            raise ValueError(f"change {entry} was not read or is already acknowledged") from None
+        trim: dict[str, int] = {}
+        for table, change_id in self._unacknowledged[: upto + 1]:
+            trim[table] = max(trim.get(table, 0), change_id)
+        del self._unacknowledged[: upto + 1]
+        for table, change_id in trim.items():
+            self._conn.execute(
+                f"DELETE FROM {quote_identifier(log_table_name(table))} WHERE change_id <= ?",
+                (change_id,),
+            )
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,301 @@
+"""One replication pipeline end to end: capture → log → Spark → target, and its proof.
+
+:class:`Pipeline` wires the parts for a source and a target named by URL (``sqlite:PATH``,
+``postgresql://…``): the embedded broker when no bootstrap servers are given, the capture loop
+in a thread, the Spark replication job, and :meth:`Pipeline.verify` comparing every captured
+table's rows in the source with the target's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from kayak.cdc.capture import CaptureLoop
+from kayak.cdc.change import Row, TableSchema
+from kayak.cdc.envelope import topic_name
+from kayak.cdc.publisher import ChangePublisher, EventEncoder
+from kayak.cdc.source import ChangeSource
+from kayak.errors import KayakError
+from kayak.pipeline.embedded import EmbeddedBroker
+from kayak.pipeline.job import ReplicationJob, ReplicationSettings
+from kayak.pipeline.targets import Target, open_target
+from kayak.pipeline.topics import topic_ensurer
+from kayak.pipeline.verify import Verification, verify_table
+
+__all__ = [
+    "Pipeline",
+    "PipelineSpec",
+    "current_table_schema",
+    "database_name",
+    "open_source",
+    "prepare_source",
+    "read_source_rows",
+    "source_kind",
+]
+
+log = logging.getLogger(__name__)
+
+
+def source_kind(url: str) -> Literal["sqlite", "postgresql"]:
+    """``sqlite`` for ``sqlite:PATH`` (or a bare path), ``postgresql`` for a libpq URL."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql"
+    return "sqlite"
+
+
+def database_name(url: str) -> str:
+    """The ``source.db`` of events: a SQLite file's stem or a PostgreSQL database's name."""
+    if source_kind(url) == "sqlite":
+        return Path(sqlite_path(url)).stem
+    return url.rsplit("/", 1)[-1].split("?")[0]
+
+
+def sqlite_path(url: str) -> str:
+    return url.removeprefix("sqlite:").removeprefix("//")
+
+
+def open_source(url: str, tables: Sequence[str], *, slot_name: str = "kayak") -> ChangeSource:
+    """A capture source for ``url``; its tables must have been enabled (``kayak cdc enable``
+    or :func:`prepare_source`). A PostgreSQL source uses the replication slot and the
+    publication named ``slot_name``."""
+    if source_kind(url) == "sqlite":
+        from kayak.cdc.sqlite import SqliteSource
+
+        return SqliteSource(sqlite_path(url), tables)
+    from kayak.cdc.postgres import PostgresSource
+
+    return PostgresSource(url, tables, slot_name=slot_name, publication=slot_name)
+
+
+def current_table_schema(url: str, table: str) -> TableSchema:
+    """A source table's columns and key as its database describes them now."""
+    if source_kind(url) == "sqlite":
+        import sqlite3
+
+        from kayak.cdc.sqlite import read_table_schema
+
+        conn = sqlite3.connect(sqlite_path(url))
+        try:
+            return read_table_schema(conn, table)
+        finally:
+            conn.close()
+    from kayak.cdc.postgres.catalog import load_table, parse_table_name
+    from kayak.pipeline.targets.postgres import connect
+
+    with connect(url) as pg:
+        return load_table(pg, *parse_table_name(table)).schema
+
+
+def read_source_rows(url: str, table: TableSchema) -> list[Row]:
+    """Every row of a source table, in its column types' representation."""
+    if source_kind(url) == "sqlite":
+        import sqlite3
+
+        from kayak.pipeline.targets.sqlite import read_sqlite_rows
+
+        conn = sqlite3.connect(sqlite_path(url))
+        try:
+            return read_sqlite_rows(conn, table)
+        finally:
+            conn.close()
+    from psycopg import sql
+
+    from kayak.pipeline.targets.postgres import connect, read_postgres_rows
+
+    with connect(url) as pg:
+        name = sql.SQL("{}.{}").format(sql.Identifier(table.schema), sql.Identifier(table.name))
+        return read_postgres_rows(pg, table, name)
+
+
+@dataclass
+class PipelineSpec:
+    """A pipeline's endpoints and settings (see ``kayak pipeline run``)."""
+
+    source: str
+    tables: Sequence[str]
+    target: str
+    work_dir: Path
+    bootstrap_servers: str | None = None
+    registry_url: str | None = None
+    prefix: str = "kayak"
+    slot_name: str = "kayak"
+    max_offsets_per_trigger: int | None = 50_000
+    capture_batch: int = 5_000
+    client_options: dict[str, str] = field(default_factory=dict)
+
+
+def prepare_source(spec: PipelineSpec) -> None:
+    """Enable capture on the tables not captured yet: SQLite triggers, or the PostgreSQL
+    publication (the source makes its slot and snapshot when opened)."""
+    if source_kind(spec.source) != "sqlite":
+        from kayak.cdc.postgres import enable as enable_postgres
+
+        enable_postgres(spec.source, spec.tables, publication=spec.slot_name, slot=spec.slot_name)
+        return
+    import sqlite3
+
+    from kayak.cdc.sqlite import enable, log_table_name
+
+    path = sqlite_path(spec.source)
+    if not Path(path).exists():
+        raise KayakError(f"SQLite source {path} does not exist")
+    conn = sqlite3.connect(path)
+    try:
+        captured = {
+            name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+    finally:
+        conn.close()
+    for table in spec.tables:
+        if log_table_name(table) not in captured:
+            rows = enable(path, table)
+            log.info("capture enabled on %s (snapshot of %d rows)", table, rows)
+
+
+class Pipeline:
+    """Runs a :class:`PipelineSpec`; use as a context manager (``start``/``close``)."""
+
+    def __init__(self, spec: PipelineSpec, spark: Any = None) -> None:
+        self.spec = spec
+        self._spark = spark
+        self.broker: EmbeddedBroker | None = None
+        self.source: ChangeSource | None = None
+        self.capture: CaptureLoop | None = None
+        self.job: ReplicationJob | None = None
+        self.target: Target | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._capture_error: BaseException | None = None
+        self._idle_rounds = 0
+        self._idle = threading.Condition()
+        self._producer: Any = None
+        self._admin: Any = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.spec.bootstrap_servers or (self.broker.bootstrap_servers if self.broker else "")
+
+    @property
+    def registry_url(self) -> str:
+        return self.spec.registry_url or (self.broker.registry_url if self.broker else "")
+
+    def start(self) -> Self:
+        from kayak.client.sync import Admin, Producer
+        from kayak.serde import SchemaRegistryClient
+
+        spec = self.spec
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        if spec.bootstrap_servers is None:
+            self.broker = EmbeddedBroker(spec.work_dir / "broker").start()
+        if not self.registry_url:
+            raise KayakError("a schema registry URL is needed with external bootstrap servers")
+        self.source = open_source(spec.source, spec.tables, slot_name=spec.slot_name)
+        client = {"bootstrap.servers": self.bootstrap_servers, **spec.client_options}
+        self._producer = Producer({**client, "acks": "all", "linger.ms": 5})
+        admin = self._admin = Admin(client)
+        encoder = EventEncoder(
+            prefix=spec.prefix, connector=source_kind(spec.source),
+            registry=SchemaRegistryClient(self.registry_url),
+        )  # fmt: skip
+
+        ensure_topic = topic_ensurer(admin)
+        publisher = ChangePublisher(
+            self._producer, encoder, db=database_name(spec.source), ensure_topic=ensure_topic
+        )
+        self.capture = CaptureLoop(self.source, publisher, max_batch=spec.capture_batch)
+        topics = [topic_name(spec.prefix, t) for t in self.source.tables()]
+        for topic in topics:
+            ensure_topic(topic)
+        self._thread = threading.Thread(target=self._capture_forever, name="kayak-capture")
+        self._thread.start()
+        if self._spark is None:
+            from kayak.pipeline.session import local_spark
+
+            self._spark = local_spark()
+        self.target = open_target(spec.target)
+        settings = ReplicationSettings(
+            bootstrap_servers=self.bootstrap_servers,
+            registry_url=self.registry_url,
+            checkpoint_dir=str(spec.work_dir / "checkpoint"),
+            topics=topics,
+            max_offsets_per_trigger=spec.max_offsets_per_trigger,
+            dead_letter_topic=f"{spec.prefix}.dead-letter",
+            client_options=spec.client_options,
+        )
+        self.job = ReplicationJob(self._spark, settings, self.target)
+        self.job.start()
+        return self
+
+    def _capture_forever(self) -> None:
+        assert self.capture is not None
+        try:
+            while not self._stop.is_set():
+                n = self.capture.run_once()
+                if n == 0:
+                    with self._idle:
+                        self._idle_rounds += 1
+                        self._idle.notify_all()
+        except BaseException as e:  # reported by catch_up and close
+            log.exception("capture stopped")
+            self._capture_error = e
+            with self._idle:
+                self._idle.notify_all()
+
+    def _check_capture(self) -> None:
+        if self._capture_error is not None:
+            raise KayakError(f"capture failed: {self._capture_error}") from self._capture_error
+
+    def catch_up(self, timeout_s: float = 600.0) -> None:
+        """Return once every change committed in the source before this call is applied."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            seen = self._idle_rounds
+            # Two idle rounds: the first may have started before the call.
+            while self._idle_rounds < seen + 2 and self._capture_error is None:
+                if not self._idle.wait(max(0.0, deadline - time.monotonic())):
+                    raise KayakError("capture did not catch up in time")
+        self._check_capture()
+        assert self.job is not None
+        self.job.wait_caught_up()
+
+    def verify(self) -> list[Verification]:
+        """Compare every captured table, as the source database describes it now, source
+        against target."""
+        assert self.target is not None
+        tables = [current_table_schema(self.spec.source, t) for t in self.spec.tables]
+        return [
+            verify_table(table, read_source_rows(self.spec.source, table), self.target)
+            for table in tables
+        ]
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.job is not None:
+            self.job.stop()
+        if self.source is not None:
+            self.source.close()
+        if self._producer is not None:
+            self._producer.close()
+        if self._admin is not None:
+            self._admin.close()
+        if self.target is not None:
+            self.target.close()
+        if self.broker is not None:
+            self.broker.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,7 @@
+"""Where replicated changes are applied: SQLite (the embedded default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from kayak.pipeline.targets.base import AppliedChange, Target, key_text, open_target
+
+__all__ = ["AppliedChange", "Target", "key_text", "open_target"]
