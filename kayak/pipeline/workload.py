@@ -60,17 +60,21 @@ def create_orders(path: str, rows: int, *, seed: int = 7) -> None:
 
 def run_workload(
     path: str, changes: int, *, seed: int = 11, transaction_size: int = 50,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, rate: float = 0.0,
 ) -> dict[str, int]:  # fmt: skip
     """Apply ``changes`` inserts/updates/deletes (about 45/40/15 %) to ``orders`` in
-    transactions of ``transaction_size``; returns the count of each kind."""
+    transactions of ``transaction_size``; returns the count of each kind. With ``rate``
+    (changes/s) the transactions are paced to it, else they go as fast as they can."""
     rng = random.Random(seed)
     conn = sqlite3.connect(path, timeout=30.0)
     ids = [r[0] for r in conn.execute("SELECT id FROM orders")]
     next_id = max(ids, default=0) + 1
     counts = {"insert": 0, "update": 0, "delete": 0}
     done = 0
+    started = time.monotonic()
     while done < changes:
+        if rate > 0:
+            time.sleep(max(0.0, started + done / rate - time.monotonic()))
         with conn:
             for _ in range(min(transaction_size, changes - done)):
                 roll = rng.random()

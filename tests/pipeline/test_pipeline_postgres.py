@@ -67,7 +67,8 @@ def test_postgres_to_postgres(
     prepare_source(spec)
     with Pipeline(spec, spark) as pipeline:
         # writers keep going while the snapshot is taken and streaming starts
-        writer = threading.Thread(target=write, args=(psycopg.connect(postgres_dsn), 1000, 300))
+        writer_conn = psycopg.connect(postgres_dsn, autocommit=True)
+        writer = threading.Thread(target=write, args=(writer_conn, 1000, 300))
         writer.start()
         writer.join()
         pipeline.catch_up()

@@ -266,15 +266,17 @@ class CompletedFetch:
         return control_type is not None
 
     def _buffer(self) -> Buffer:
-        """The records as ``bytes``: copied once on first decode (from a view of the network
-        frame) so uncompressed batches are decoded in place."""
+        """The records as ``bytes`` (copied once, from a view of the network frame), for the
+        legacy (magic 0/1) reader."""
         data = self._data
         if type(data) is not bytes:
             data = self._data = bytes(data)
         return data
 
     def _v2_batch(self, header: BatchHeader) -> RecordBatch:
-        batch = RecordBatch(self._buffer(), header.position)
+        # The records as they arrived (a view of the response frame): uncompressed batches
+        # are decoded in place by the C decoder, or copied a batch at a time for Python.
+        batch = RecordBatch(self._data, header.position)
         if self._check_crcs:
             batch.validate_crc()
         return batch
@@ -282,15 +284,15 @@ class CompletedFetch:
     def _decode_records(self, header: BatchHeader) -> list[Record]:
         tp = self.state.tp
         if header.magic == MAGIC_V2:
-            records = self._v2_batch(header).record_list()
             timestamp_type = (header.attributes & TIMESTAMP_TYPE_BIT) >> 3
-        else:
-            legacy = LegacyBatch(self._buffer(), header.position)
-            if self._check_crcs:
-                legacy.validate_crc()
-            records = list(legacy.records())
-            timestamp_type = int(legacy.timestamp_type)
-        cls = record_class(tp.topic, tp.partition, timestamp_type)
+            cls = record_class(tp.topic, tp.partition, timestamp_type)
+            # The decoder makes the records instances of the partition's class directly.
+            return self._v2_batch(header).record_list(cls)
+        legacy = LegacyBatch(self._buffer(), header.position)
+        if self._check_crcs:
+            legacy.validate_crc()
+        records = list(legacy.records())
+        cls = record_class(tp.topic, tp.partition, int(legacy.timestamp_type))
         for record in records:
             record.__class__ = cls
         return records

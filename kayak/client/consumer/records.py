@@ -17,6 +17,15 @@ from typing import Any, ClassVar
 
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.protocol.records import Header, Headers, Record, TimestampType
+from kayak.protocol.records.native import codec as _codec
+
+
+def _tracked_anyway(record: Record) -> None:
+    """Without the C decoder every record is tracked: nothing to do."""
+
+
+_set_attribute = object.__setattr__
+_track = _codec.track if _codec is not None else _tracked_anyway
 
 __all__ = [
     "ConsumerRecord",
@@ -39,6 +48,16 @@ class ConsumerRecord(Record):
     topic: ClassVar[str] = ""
     partition: ClassVar[int] = -1
     timestamp_type: ClassVar[TimestampType] = TimestampType.CREATE_TIME
+
+    if _codec is not None:
+        # The C decoder leaves consumer records untracked by the garbage collector (what
+        # they hold cannot form a cycle; walking the many records a consumer holds was a
+        # third of its CPU). An assignment could create a cycle, so it tracks them again.
+        _decoded_untracked: ClassVar[bool] = True
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            _set_attribute(self, name, value)
+            _track(self)
 
     def __new__(
         cls,

@@ -28,7 +28,6 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
-from time import time_ns
 from types import TracebackType
 from typing import Self, cast
 
@@ -68,6 +67,7 @@ from kayak.errors import (
 )
 from kayak.protocol.messages import InitProducerIdRequest
 from kayak.protocol.records import BATCH_HEADER_SIZE, Codec
+from kayak.protocol.records.builder import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +362,7 @@ class Producer:
         if size > self._max_record_size:
             raise _too_large(size, self.config)
         if timestamp is None:
-            timestamp = time_ns() // 1_000_000
+            timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
         charge = size + RECORD_MEMORY_OVERHEAD
         memory = self._memory
         if memory.waiters or memory.used + charge > memory.limit:
@@ -510,7 +510,7 @@ class Producer:
     ) -> None:
         """Queue the records as closed batches; ``sizes`` (each record's) may be None when
         they all fit one batch (``total`` bytes)."""
-        timestamp = time_ns() // 1_000_000
+        timestamp = now_ms()
         topic, count = state.name, len(values)
         partitioner = self._partitioner
         state.sticky = -1  # the partitioner is asked directly here: forget send's shortcut

@@ -20,6 +20,7 @@ from kayak.protocol.records.compression import (
     codec_from_id,
     decompress,
 )
+from kayak.protocol.records.native import codec as _codec
 from kayak.protocol.records.record import (
     ATTRIBUTES_POS,
     BATCH_HEADER,
@@ -227,39 +228,52 @@ class RecordBatch:
             self._records_data = data
         return data
 
-    def _records_section(self) -> tuple[bytes, int, int]:
+    def _records_section(self) -> tuple[Buffer, int, int]:
         """(data, start, stop): where the uncompressed records are.
 
         An uncompressed batch parsed from ``bytes`` is read in place: copying a large fetch
         response's records just to slice values out of the copy would double the memory
-        traffic (and fault in a fresh copy's pages one by one).
+        traffic (and fault in a fresh copy's pages one by one). The C decoder reads any
+        buffer in place (the consumer's views of a network frame); the Python one gets the
+        section as ``bytes`` (copied once, by ``records_data``).
         """
-        source = self._source
-        if source is not None and not self.attributes & CODEC_MASK:
-            start = self.position + BATCH_HEADER_SIZE
-            return source, start, self.position + LOG_OVERHEAD + self.batch_length
+        if not self.attributes & CODEC_MASK:
+            source = self._source
+            if source is not None:
+                start = self.position + BATCH_HEADER_SIZE
+                return source, start, self.position + LOG_OVERHEAD + self.batch_length
+            if _codec is not None and self._records_data is None:
+                return self._view, BATCH_HEADER_SIZE, len(self._view)
         data = self.records_data()
         return data, 0, len(data)
 
-    def record_list(self) -> list[Record]:
+    def record_list(self, record_type: type[Record] = Record) -> list[Record]:
         """Every record, with absolute offsets and timestamps (decoded once, then cached).
 
         A list is the fast form: decoding a batch in one loop costs less than yielding one
-        record at a time, and a consumer hands whole batches out anyway.
+        record at a time, and a consumer hands whole batches out anyway. ``record_type``, a
+        subclass of :class:`Record` that adds no slots, makes the records instances of it
+        (the consumer's per-partition ``ConsumerRecord`` classes); only plain ``Record``
+        lists are cached.
         """
         records = self._records
-        if records is None:
+        if records is None or record_type is not Record:
             data, start, stop = self._records_section()
+            # Log-append time: the broker's time, kept once in maxTimestamp, is every
+            # record's timestamp.
+            append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_BIT else None
             records = _decode_records(
-                data, start, stop, self.record_count, self.base_offset, self.base_timestamp
+                data,
+                start,
+                stop,
+                self.record_count,
+                self.base_offset,
+                self.base_timestamp,
+                record_type,
+                append_time,
             )
-            if self.attributes & TIMESTAMP_TYPE_BIT:
-                # Log-append time: the broker's time, kept once in maxTimestamp, is every
-                # record's timestamp.
-                append_time = self.max_timestamp
-                for record in records:
-                    record.timestamp = append_time
-            self._records = records
+            if record_type is Record:
+                self._records = records
         return records
 
     def records(self) -> Iterator[Record]:
@@ -335,9 +349,72 @@ def parse_control_record(record: Record, base_offset: int = -1) -> ControlRecord
 # buffer it arrived in). Slicing never fails past the end, so each record must end within the
 # section, its fields must end exactly where its length says, and the records must end exactly
 # at ``stop``; anything else surfaces as IndexError, turned into CorruptRecordError once.
+#
+# With the C codec (see .native) the C loops run first; they return None for anything that is
+# not strictly valid (or that they leave to Python, like a varint past 64 bits) and the Python
+# loops below then decode it (from bytes), raising their usual errors.
 
 
 def _decode_records(
+    data: Buffer,
+    start: int,
+    stop: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    record_type: type[Record] = Record,
+    append_time: int | None = None,
+) -> list[Record]:
+    """The records of ``data[start:stop]``, as ``record_type`` instances; ``append_time``
+    (a log-append-time batch's) replaces every timestamp when given."""
+    if _codec is not None:
+        decoded = _codec.decode_records(
+            data,
+            start,
+            stop,
+            count,
+            base_offset,
+            base_timestamp,
+            record_type,
+            append_time,
+            record_type._decoded_untracked,
+        )
+        if decoded is not None:
+            return decoded
+    section, start, stop = _as_bytes(data, start, stop)
+    records = _py_decode_records(section, start, stop, count, base_offset, base_timestamp)
+    if append_time is not None:
+        for record in records:
+            record.timestamp = append_time
+    if record_type is not Record:
+        # Same slots, so the class can be swapped in place.
+        for record in records:
+            record.__class__ = record_type
+    return records
+
+
+def _decode_values(
+    data: Buffer, start: int, stop: int, count: int, base_offset: int
+) -> list[bytes | None]:
+    """Every value of ``data[start:stop]`` (keys bounds-checked, headers skipped)."""
+    if _codec is not None:
+        decoded = _codec.decode_values(data, start, stop, count)
+        if decoded is not None:
+            return decoded
+    section, start, stop = _as_bytes(data, start, stop)
+    return _py_decode_values(section, start, stop, count, base_offset)
+
+
+def _as_bytes(data: Buffer, start: int, stop: int) -> tuple[bytes, int, int]:
+    """The Python decoders slice their input, and keys and values must be ``bytes``: a view
+    the C decoder declined is copied (its section only, as ``records_data`` would)."""
+    if type(data) is bytes:
+        return data, start, stop
+    section = bytes(data[start:stop])
+    return section, 0, len(section)
+
+
+def _py_decode_records(
     data: bytes, start: int, stop: int, count: int, base_offset: int, base_timestamp: int
 ) -> list[Record]:
     zz1 = ZIGZAG_DECODE_1
@@ -452,7 +529,7 @@ def _decode_records(
     return records
 
 
-def _decode_values(
+def _py_decode_values(
     data: bytes, start: int, stop: int, count: int, base_offset: int
 ) -> list[bytes | None]:
     zz1 = ZIGZAG_DECODE_1

@@ -27,6 +27,7 @@ import crc32c
 from kayak.errors import CorruptRecordError, EncodeError
 from kayak.protocol.primitives import write_varint
 from kayak.protocol.records.compression import Codec, compress
+from kayak.protocol.records.native import codec as _codec
 from kayak.protocol.records.record import (
     BASE_OFFSET_POS,
     CONTROL_BIT,
@@ -140,9 +141,14 @@ _DELTA_PREFIXES: dict[tuple[int, bool], _PrefixCache] = {
 _FIELD_SIZES = [n + size for n, size in enumerate(ZIGZAG_VARINT_SIZES)]
 
 
-def now_ms() -> int:
+def _now_ms() -> int:
     """Wall-clock time in milliseconds, as record timestamps are."""
     return time.time_ns() // 1_000_000
+
+
+now_ms = _codec.now_ms if _codec is not None else _now_ms
+"""Wall-clock time in milliseconds, as record timestamps are (the C codec's when built: the
+same clock without a big-int division)."""
 
 
 # -- bulk encoding ------------------------------------------------------------------------------
@@ -176,6 +182,59 @@ def build_record_batch(
     if headers is not None and len(headers) != count:
         raise EncodeError(f"{len(headers)} header lists for {count} values")
     base_timestamp, max_timestamp, timestamp_deltas = _timestamps(timestamp, count)
+    attributes = _attributes(codec, timestamp_type, is_transactional, is_control=False)
+
+    if _codec is not None:
+        # The C encoder writes the whole batch (uncompressed) or records section in one pass;
+        # it declines (None) anything but bytes-likes and None and header fields out of
+        # range, and the column code below handles those. Bad headers also go that way, so
+        # that the first error reported is the same.
+        try:
+            encoded_headers = (
+                None if headers is None else [_encode_headers(item) for item in headers]
+            )
+        except Exception:
+            columns_in_c: tuple[list[Value], list[Value] | None, list[bytes] | None] | None = None
+        else:
+            columns_in_c = (
+                values if type(values) is list else list(values),
+                None if keys is None else keys if type(keys) is list else list(keys),
+                encoded_headers,
+            )
+        if columns_in_c is not None and codec is Codec.NONE:
+            encoded = _codec.encode_batch(
+                *columns_in_c,
+                timestamp_deltas,
+                base_offset,
+                partition_leader_epoch,
+                attributes,
+                base_timestamp,
+                max_timestamp,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                crc32c.crc32c,
+            )
+            if encoded is not None:
+                return encoded
+        elif columns_in_c is not None:
+            section = _codec.encode_records(*columns_in_c, timestamp_deltas)
+            if section is not None:
+                return _assemble(
+                    [section],
+                    len(section),
+                    count=count,
+                    codec=codec,
+                    compression_level=compression_level,
+                    attributes=attributes,
+                    base_offset=base_offset,
+                    partition_leader_epoch=partition_leader_epoch,
+                    base_timestamp=base_timestamp,
+                    max_timestamp=max_timestamp,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    base_sequence=base_sequence,
+                )
 
     prefixes, sizes = _record_prefixes(
         count, timestamp_deltas, null_key=keys is None, empty_headers=headers is None
@@ -201,7 +260,7 @@ def build_record_batch(
         count=count,
         codec=codec,
         compression_level=compression_level,
-        attributes=_attributes(codec, timestamp_type, is_transactional, is_control=False),
+        attributes=attributes,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         base_timestamp=base_timestamp,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 Header = tuple[str, bytes | None]
 """A record header: a UTF-8 key and a nullable value."""
@@ -45,6 +45,11 @@ class Record:
     """
 
     __slots__ = ("headers", "key", "offset", "timestamp", "value")
+
+    _decoded_untracked: ClassVar[bool] = False
+    """Whether the C decoder may leave instances untracked by the garbage collector. Only for
+    subclasses whose ``__setattr__`` re-tracks the record (``_codec.track``): a decoded
+    record holds nothing that can form a cycle until something is assigned to it."""
 
     offset: int
     timestamp: int
