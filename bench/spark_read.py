@@ -74,24 +74,9 @@ def fill(bootstrap: str, mib: int, value_size: int, partitions: int) -> int:
 
 
 def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from kayak.pipeline.session import local_spark
 
-    import kayak.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kayak-spark-read-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    kayak.spark.register(spark)
-    return spark
+    return local_spark("local[2]", "kayak-spark-read-bench", **{"spark.driver.memory": "2g"})
 
 
 def query(df: Any) -> tuple[int, int, float]:

@@ -96,3 +96,17 @@ def newer(
         if change.position > applied.get(text, ""):
             out.append((text, change))
     return out
+
+
+def statement_rows(
+    table: TableSchema, todo: Sequence[tuple[str, AppliedChange]]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Parameters for the target's statements: key values of the rows to delete, and full
+    rows (in column order) to upsert."""
+    deletes = [tuple(c.key[k] for k in table.key) for _, c in todo if c.op == "d"]
+    upserts = [
+        tuple(c.after.get(col.name) for col in table.columns)
+        for _, c in todo
+        if c.op != "d" and c.after is not None
+    ]
+    return deletes, upserts

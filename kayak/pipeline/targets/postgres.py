@@ -10,7 +10,13 @@ from psycopg import sql
 
 from kayak.cdc.change import ColumnType, Row, TableSchema
 from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
-from kayak.pipeline.targets.base import POSITIONS_TABLE, AppliedChange, key_text, newer
+from kayak.pipeline.targets.base import (
+    POSITIONS_TABLE,
+    AppliedChange,
+    key_text,
+    newer,
+    statement_rows,
+)
 
 __all__ = ["PostgresTarget", "connect", "read_postgres_rows"]
 
@@ -95,12 +101,7 @@ class PostgresTarget:
                 (table.qualified_name, texts),
             )
             todo = newer(changes, table, dict(cur.fetchall()))
-            deletes = [tuple(c.key[k] for k in table.key) for _, c in todo if c.op == "d"]
-            upserts = [
-                tuple(c.after.get(col.name) for col in table.columns)
-                for _, c in todo
-                if c.op != "d" and c.after is not None
-            ]
+            deletes, upserts = statement_rows(table, todo)
             if deletes:
                 where = sql.SQL(" AND ").join(
                     sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key

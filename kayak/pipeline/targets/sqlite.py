@@ -13,6 +13,7 @@ from kayak.pipeline.targets.base import (
     chunks,
     key_text,
     newer,
+    statement_rows,
 )
 
 __all__ = ["SqliteTarget"]
@@ -105,12 +106,7 @@ class SqliteTarget:
         conn.execute("BEGIN IMMEDIATE")
         try:
             todo = newer(changes, table, self._applied(table, changes))
-            deletes = [tuple(c.key[k] for k in table.key) for _, c in todo if c.op == "d"]
-            upserts = [
-                tuple(c.after.get(col.name) for col in table.columns)
-                for _, c in todo
-                if c.op != "d" and c.after is not None
-            ]
+            deletes, upserts = statement_rows(table, todo)
             if deletes:
                 where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
                 conn.executemany(
