@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -187,6 +187,15 @@ class Pipeline:
         return self.spec.registry_url or (self.broker.registry_url if self.broker else "")
 
     def start(self) -> Self:
+        """Start every part; on any failure, stop what was started (the embedded broker is
+        a child process and must not outlive a failed start) and re-raise."""
+        try:
+            return self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> Self:
         from kayak.client.sync import Admin, Producer
         from kayak.serde import SchemaRegistryClient
 
@@ -276,21 +285,22 @@ class Pipeline:
         ]
 
     def close(self) -> None:
+        """Stop everything started, in order; a part that fails to stop is logged and the
+        rest are still stopped (above all the embedded broker process)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+        closers: list[Callable[[], None]] = []
         if self.job is not None:
-            self.job.stop()
-        if self.source is not None:
-            self.source.close()
-        if self._producer is not None:
-            self._producer.close()
-        if self._admin is not None:
-            self._admin.close()
-        if self.target is not None:
-            self.target.close()
+            closers.append(self.job.stop)
+        closers += [p.close for p in (self.source, self._producer, self._admin, self.target) if p]
         if self.broker is not None:
-            self.broker.stop()
+            closers.append(self.broker.stop)
+        for close in closers:
+            try:
+                close()
+            except Exception:
+                log.exception("while stopping the pipeline")
 
     def __enter__(self) -> Self:
         return self.start()
