@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SPECS  ?= ../shared/kafka-message-specs
 
-.PHONY: demo test lint typecheck pytest generate bench clean system-deps
+.PHONY: demo test lint typecheck pytest generate bench clean system-deps java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ $(VENV)/.spark-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[spark]'
 	@touch $@ $(VENV)/.core-installed
 
-demo: $(VENV)/.spark-installed
+demo: $(VENV)/.spark-installed java
 	$(BIN)/kayak demo
 
 test: $(VENV)/.dev-installed system-deps lint typecheck pytest
@@ -32,7 +32,7 @@ test: $(VENV)/.dev-installed system-deps lint typecheck pytest
 # Third-party tools the tests drive as real peers, from Debian's packages: kcat, and
 # PostgreSQL (the tests start their own throwaway cluster with wal_level=logical).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-system-deps:
+system-deps: java
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing kcat (Debian package) for the interop tests"; \
 		$(SUDO) apt-get update -qq && \
@@ -41,6 +41,10 @@ system-deps:
 		echo "installing PostgreSQL (Debian package) for the CDC tests"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+
+
+# Spark runs on Java 17; machines of this kind have it, others get Debian's headless JRE.
+java:
 	@command -v java >/dev/null 2>&1 || { \
 		echo "installing Java 17 (Debian package) for Spark"; \
 		$(SUDO) apt-get update -qq && \
