@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kayak import __version__
-from kayak.cdc.change import Change, Column, ColumnType, Row, TableSchema
+from kayak.cdc.change import Change, Column, ColumnType, TableSchema
 
 __all__ = [
     "event_value",
@@ -144,11 +144,12 @@ def value_schema(prefix: str, table: TableSchema, connector: str) -> dict[str, A
 
 
 def event_value(
-    change: Change, *, op: str, before: Row | None, after: Row | None, prefix: str,
-    connector: str, db: str, now_ms: int,
+    change: Change, *, op: str, before: Any, after: Any, prefix: str, connector: str, db: str,
+    now_ms: int,
 ) -> dict[str, Any]:  # fmt: skip
     """The envelope of one event (``op``/``before``/``after`` may differ from the change's own
-    when a primary-key change is split into a delete and a create)."""
+    when a primary-key change is split into a delete and a create). ``before``/``after`` are
+    row images, or fastavro's ``(record name, image)`` union notation."""
     return {
         "before": before,
         "after": after,

@@ -51,6 +51,10 @@ class _TableCodec:
     key_fields: tuple[str, ...]
     write_key: Callable[[Row], bytes]
     write_value: Callable[[dict[str, Any]], bytes]
+    # Avro: the row record's full name, so row images are written as fastavro's
+    # (name, value) union notation and fastavro need not test which branch a dict fits
+    # (half the cost of encoding an event). None for JSON.
+    row_name: str | None = None
 
 
 def _json_default(value: Any) -> Any:
@@ -76,11 +80,18 @@ class EventEncoder:
         self.value_format = value_format
         self._registry = registry
         self._codecs: dict[TableSchema, _TableCodec] = {}
+        self._last: tuple[TableSchema, _TableCodec] | None = None
 
     def codec(self, table: TableSchema) -> _TableCodec:
+        # Changes of one table share one TableSchema object: an identity check avoids hashing
+        # the whole schema (a tuple of columns) for every event.
+        last = self._last
+        if last is not None and last[0] is table:
+            return last[1]
         codec = self._codecs.get(table)
         if codec is None:
             codec = self._codecs[table] = self._make_codec(table)
+        self._last = (table, codec)
         return codec
 
     def _make_codec(self, table: TableSchema) -> _TableCodec:
@@ -95,8 +106,9 @@ class EventEncoder:
         log.info("table %s: key schema %d, value schema %d", table.qualified_name, key_id,
                  value_id)  # fmt: skip
         return _TableCodec(
-            topic, table.key, _avro_writer(key_id, kschema), _avro_writer(value_id, vschema)
-        )
+            topic, table.key, _avro_writer(key_id, kschema), _avro_writer(value_id, vschema),
+            row_name=f"{vschema['namespace']}.Value",
+        )  # fmt: skip
 
 
 def _avro_writer(schema_id: int, schema: dict[str, Any]) -> Callable[[Any], bytes]:
@@ -144,9 +156,12 @@ class ChangePublisher:
             image = after if after is not None else before
             assert image is not None
             key = codec.write_key({k: image[k] for k in codec.key_fields})
+            row_name = codec.row_name
             value = event_value(
-                change, op=op, before=before, after=after, prefix=enc.prefix,
-                connector=enc.connector, db=self._db, now_ms=now_ms,
+                change, op=op, prefix=enc.prefix, connector=enc.connector, db=self._db,
+                now_ms=now_ms,
+                before=before if before is None or row_name is None else (row_name, before),
+                after=after if after is None or row_name is None else (row_name, after),
             )  # fmt: skip
             return Event(codec.topic, key, codec.write_value(value))
 
