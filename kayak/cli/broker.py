@@ -69,6 +69,9 @@ log = logging.getLogger("kayak.broker")
     help="Do not serve the schema registry.",
 )
 @click.option("--node-id", type=click.IntRange(0), default=None, hidden=True)
+@click.option("--exit-with-parent", is_flag=True, default=False, hidden=True,
+              help="Shut down cleanly when the process that started this one exits "
+              "(for a broker embedded as a child process).")  # fmt: skip
 @click.option("--shard-count", type=click.IntRange(1), default=None, hidden=True)
 @click.option(
     "--max-connections",
@@ -103,6 +106,7 @@ def broker(
     no_schema_registry: bool,
     node_id: int | None,
     shard_count: int | None,
+    exit_with_parent: bool,
     max_connections: int,
     socket_request_max_bytes: int,
     retention_check_interval_ms: int,
@@ -126,10 +130,30 @@ def broker(
         "socket_request_max_bytes": socket_request_max_bytes,
         "schema_registry_port": None if no_schema_registry else schema_registry_port,
     }
+    if exit_with_parent:
+        _watch_parent()
     try:
         run_event_loop(_serve(Broker(data_dir, **settings)))
     except OSError as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from exc
+
+
+def _watch_parent() -> None:
+    """SIGTERM ourselves (a clean shutdown) once our parent is gone: an embedding program
+    that was killed must not leave its broker running."""
+    import os
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        log.info("parent process %d exited; shutting down", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kayak-parent-watch", daemon=True).start()
 
 
 def supervise_shards(shards: int, port: int) -> int:

@@ -1,7 +1,8 @@
 """The embedded broker (with its schema registry) as a child process of a pipeline.
 
 A child process rather than a thread: it gets its own interpreter lock, so the broker, the
-capture loop and Spark's driver do not take turns on one core.
+capture loop and Spark's driver do not take turns on one core. It watches its parent and
+shuts down cleanly when the parent is gone, so a killed pipeline leaves no broker behind.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class EmbeddedBroker:
             start = out.tell()
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "kayak", "-v", "broker", "--data-dir", str(self.data_dir),
-                 "--port", "0", "--schema-registry-port", "0"],
+                 "--port", "0", "--schema-registry-port", "0", "--exit-with-parent"],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + self.start_timeout_s
@@ -59,6 +60,11 @@ class EmbeddedBroker:
             time.sleep(0.05)
         self.stop()
         raise KayakError(f"embedded broker did not start; its log is {self.log_path}")
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs."""
+        return self._process.pid if self._process is not None else None
 
     def stop(self) -> None:
         if self._process is None:
