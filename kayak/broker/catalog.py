@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kayak.broker.log import LogConfig, PartitionLog
-from kayak.broker.log.files import exclusive_lock, write_atomically
+from kayak.broker.log.files import exclusive_lock, fsync_directory, write_atomically
 from kayak.errors import (
     ConfigError,
     InvalidConfigurationError,
@@ -115,9 +115,16 @@ class TopicCatalog:
     """The cluster map as one shard sees it, and the logs of the partitions it owns."""
 
     def __init__(
-        self, data_dir: Path, defaults: LogConfig, node_id: int = 0, shard_count: int = 1
+        self,
+        data_dir: Path,
+        defaults: LogConfig,
+        node_id: int = 0,
+        shard_count: int = 1,
+        visible_after_flush: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        # Reads see only what is on disk (the broker's flush modes that sync before acks).
+        self.visible_after_flush = visible_after_flush
         self.defaults = defaults
         self.node_id = node_id
         self.shard_count = shard_count
@@ -202,6 +209,8 @@ class TopicCatalog:
             partition.log.close()
             if remove_data:
                 shutil.rmtree(partition.log.directory, ignore_errors=True)
+        if remove_data and topic.open:
+            fsync_directory(self.data_dir)
         topic.open.clear()
 
     # -- opening ------------------------------------------------------------------------
@@ -221,9 +230,12 @@ class TopicCatalog:
 
     def _open_partition(self, topic: Topic, index: int) -> Partition:
         directory = self.data_dir / f"{topic.name}-{index}"
-        plog = PartitionLog.open(directory, topic.config, self._clean_shutdown)
+        plog = PartitionLog.open(
+            directory, topic.config, self._clean_shutdown, self.visible_after_flush
+        )
         plog.leader_epoch = topic.epochs[index] if index < len(topic.epochs) else 0
         partition = Partition(topic.name, index, plog)
+        plog.on_visible = partition.data_arrived
         topic.open[index] = partition
         return partition
 
@@ -282,12 +294,15 @@ class TopicCatalog:
             raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
         partition = topic.open.get(index)
         if partition is not None:
+            partition.log.check_online()
             return partition
         if topic.owners[index] != self.node_id or index in topic.handoffs:
             raise NotLeaderOrFollowerError(
                 f"{name}-{index} is led by shard {topic.owners[index]}, not {self.node_id}"
             )
-        return self._open_partition(topic, index)
+        partition = self._open_partition(topic, index)
+        partition.log.check_online()
+        return partition
 
     def partitions(self) -> list[Partition]:
         """Every partition this shard has open."""
@@ -387,10 +402,13 @@ class TopicCatalog:
             topic.handoffs[index] = target
             self._save()
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Close every open log; False if any was offline or failed to close cleanly."""
+        clean = True
         for partition in self.partitions():
             partition.data_arrived()
-            partition.log.close()
+            clean = partition.log.close() and clean
+        return clean
 
 
 def remove_orphans(data_dir: Path, catalog: TopicCatalog) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import time
 import uuid
 from dataclasses import replace
@@ -20,16 +21,32 @@ from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext
 from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
 from kayak.broker.log import GroupCommit
-from kayak.broker.log.files import exclusive_lock, remove_quietly, write_atomically
+from kayak.broker.log.files import (
+    exclusive_lock,
+    fsync_directory,
+    remove_quietly,
+    write_atomically,
+)
 from kayak.broker.log.producer_state import ProducerIdAllocator
 from kayak.broker.registry import SchemaRegistry
 from kayak.broker.shards import ShardAddress, ShardRegistry
+from kayak.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
 META_FILE = "meta.properties"
 REFRESH_INTERVAL = 0.1  # seconds between checks of the shared cluster map
 CLEAN_SHUTDOWN_MARKER = ".kayak-clean-shutdown"
+
+
+def clean_shutdown_marker(data_dir: Path, node_id: int, shard_count: int) -> Path:
+    """The file a shard leaves when it stopped cleanly; each shard has its own.
+
+    Only the process that wrote it may skip recovery: a shard killed while the others
+    stopped cleanly must not start as if it had stopped cleanly too.
+    """
+    suffix = f"-{node_id}" if shard_count > 1 else ""
+    return data_dir / f"{CLEAN_SHUTDOWN_MARKER}{suffix}"
 
 
 class Broker:
@@ -55,11 +72,16 @@ class Broker:
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         cluster_id = self._load_or_create_meta()
-        marker = config.data_dir / CLEAN_SHUTDOWN_MARKER
+        marker = clean_shutdown_marker(config.data_dir, config.node_id, config.shard_count)
         clean = marker.exists()
-        remove_quietly(marker)
+        if clean:
+            # Gone before anything is written: a crash from here on must recover.
+            remove_quietly(marker)
+            fsync_directory(config.data_dir)
         started = time.monotonic()
-        catalog = TopicCatalog(config.data_dir, config.log, config.node_id, config.shard_count)
+        catalog = TopicCatalog(
+            config.data_dir, config.log, config.node_id, config.shard_count, config.flush.syncs
+        )
         catalog.open(clean_shutdown=clean)
         if config.node_id == 0:
             remove_orphans(config.data_dir, catalog)
@@ -139,10 +161,15 @@ class Broker:
         if context is not None:
             if context.coordinator is not None:
                 await context.coordinator.close()
-            context.catalog.close()
             context.commit.close()
-            (self.config.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
-            log.info("kayak broker stopped cleanly")
+            if context.catalog.close():
+                marker = clean_shutdown_marker(
+                    self.config.data_dir, self.config.node_id, self.config.shard_count
+                )
+                write_atomically(marker, f"{os.getpid()}\n")
+                log.info("kayak broker stopped cleanly")
+            else:
+                log.error("kayak broker stopped; storage errors: the next start recovers")
         self.context = None
 
     async def serve_forever(self) -> None:
@@ -228,5 +255,5 @@ class Broker:
             for partition in self.context.catalog.partitions():
                 try:
                     partition.log.apply_retention()
-                except OSError:
+                except (OSError, KafkaError):
                     log.exception("retention of %s-%d failed", partition.topic, partition.index)

@@ -51,8 +51,8 @@ log = logging.getLogger("kayak.broker")
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Broker processes (one per core), each owning some partitions, one cluster. "
-    "Shard i listens on PORT+i (or a free port when PORT is 0).",
+    help="Broker processes (one per core), each owning some partitions, one cluster; a shard "
+    "that crashes is restarted. Shard i listens on PORT+i (or a free port when PORT is 0).",
 )
 @click.option(
     "--schema-registry-port",
@@ -116,7 +116,12 @@ def broker(
 
     logging.getLogger("kayak").setLevel(min(logging.getLogger().level, logging.INFO))
     if shards > 1 and node_id is None:
-        raise SystemExit(supervise_shards(shards, port))
+        from kayak.cli.shard_supervisor import supervise_shards
+
+        if exit_with_parent:
+            _watch_parent()
+        registry_port = None if no_schema_registry else schema_registry_port
+        raise SystemExit(supervise_shards(shards, host, port, registry_port))
     settings = {
         "node_id": node_id or 0,
         "shard_count": shard_count or 1,
@@ -154,51 +159,6 @@ def _watch_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="kayak-parent-watch", daemon=True).start()
-
-
-def supervise_shards(shards: int, port: int) -> int:
-    """Run one broker process per shard; stop them all when any stops or on a signal."""
-    import subprocess
-    import sys
-    import time
-
-    base = _without_option(sys.argv[1:], "--shards")
-    children = []
-    for node in range(shards):
-        args = _without_option(base, "--port")
-        args += ["--port", str(port + node if port else 0)]
-        args += ["--node-id", str(node), "--shard-count", str(shards)]
-        children.append(subprocess.Popen([sys.executable, "-m", "kayak", *args]))
-    stopping = False
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while all(child.poll() is None for child in children):
-        time.sleep(0.2)
-    if not stopping:
-        log.error("a shard exited; stopping the others")
-        stop(signal.SIGTERM, None)
-    codes = [child.wait() for child in children]
-    return 0 if stopping else max(abs(c) for c in codes) or 1
-
-
-def _without_option(args: list[str], name: str) -> list[str]:
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == name:
-            skip = True
-        elif not arg.startswith(name + "="):
-            out.append(arg)
-    return out
 
 
 async def _serve(server: object) -> None:

@@ -91,7 +91,7 @@ def _max_timestamp_offset(partition: Partition) -> tuple[int, int]:
     if segment.max_timestamp < 0:
         return best
     header = segment.find_by_timestamp(segment.max_timestamp)
-    if header is None:
+    if header is None or header.base_offset >= plog.high_watermark:
         return best
     data = plog.read(max(header.base_offset, plog.log_start_offset), 1)
     if data is None:
@@ -141,7 +141,7 @@ async def handle_offset_for_leader_epoch(
                 elif wanted.leader_epoch > plog.leader_epoch:
                     result.leader_epoch, result.end_offset = -1, -1
                 else:
-                    result.leader_epoch, result.end_offset = plog.leader_epoch, plog.log_end_offset
+                    result.leader_epoch, result.end_offset = plog.leader_epoch, plog.high_watermark
             results.partitions.append(result)
         response.topics.append(results)
     return response

@@ -28,49 +28,58 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     The appends happen before the first ``await`` so that pipelined requests on a connection
     reach the log in the order they were sent.
     """
-    appended: list[Partition] = []
+    waiting: list[tuple[PartitionProduceResponse, Partition]] = []
     response = ProduceResponse()
     for topic_data in request.topic_data:
         results = TopicProduceResponse(name=topic_data.name)
         for data in topic_data.partition_data:
-            result = _append(ctx, request, topic_data.name, data.index, data.records)
+            result, partition = _append(ctx, request, topic_data.name, data.index, data.records)
             results.partition_responses.append(result)
-            if result.error_code == 0:
-                appended.append(ctx.broker.catalog.partition(topic_data.name, data.index))
+            if partition is not None:
+                waiting.append((result, partition))
         response.responses.append(results)
-    for partition in appended:
-        partition.data_arrived()
     if request.acks == 0:
         return None
-    if appended:
-        await asyncio.gather(*(ctx.broker.commit.sync(p.log) for p in set(appended)))
+    partitions = list(dict.fromkeys(p for _, p in waiting))
+    commit = ctx.broker.commit
+    synced = await asyncio.gather(*(commit.sync(p.log) for p in partitions), return_exceptions=True)
+    failed = {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
+    for result, partition in waiting:
+        exc = failed.get(partition)
+        if isinstance(exc, KafkaError):
+            # Never acknowledged: the data may not be on disk (see PartitionLog).
+            _failed(result, exc.code, exc.message)
+        elif exc is not None:
+            raise exc
     return response
 
 
 def _append(
     ctx: RequestContext, request: ProduceRequest, topic: str, index: int, records: object
-) -> PartitionProduceResponse:
+) -> tuple[PartitionProduceResponse, Partition | None]:
+    """Append one partition's records; the partition is returned when there is a sync to wait
+    for (also for an idempotent retry: its first attempt may still be on its way to disk)."""
     result = PartitionProduceResponse(index=index)
     if ctx.version < _FIRST_MAGIC_2_VERSION:
-        return _failed(result, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, "kayak stores magic 2")
+        code, why = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, "kayak stores magic 2"
+        return _failed(result, code, why), None
     if request.acks not in (-1, 0, 1):
-        return _failed(result, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}")
+        return _failed(result, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}"), None
     if request.transactional_id is not None:
-        return _failed(
-            result, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions unsupported"
-        )
+        code, why = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions unsupported"
+        return _failed(result, code, why), None
     if not isinstance(records, bytes | bytearray | memoryview) or not records:
-        return _failed(result, ErrorCode.INVALID_RECORD, "no records")
+        return _failed(result, ErrorCode.INVALID_RECORD, "no records"), None
     try:
         partition = ctx.broker.catalog.partition(topic, index)
         appended = partition.log.append(records)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
-        return _failed(result, exc.code, exc.message)
+        return _failed(result, exc.code, exc.message), None
     result.base_offset = appended.base_offset
     result.log_append_time_ms = appended.log_append_time
     result.log_start_offset = appended.log_start_offset
-    return result
+    return result, partition
 
 
 def _failed(result: PartitionProduceResponse, code: int, message: str) -> PartitionProduceResponse:

@@ -14,8 +14,7 @@ import enum
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from kayak.broker.log.partition import PartitionLog
-from kayak.broker.log.segment import Segment
+from kayak.broker.log.partition import FlushPoint, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +26,18 @@ class FlushMode(enum.Enum):
     ALWAYS = "always"  # before the ack, one fsync per request (to show the difference)
     NEVER = "never"  # page cache only, like Kafka's default; the OS writes back later
 
+    @property
+    def syncs(self) -> bool:
+        """Whether acknowledged means on disk (and so reads wait for the disk too)."""
+        return self is not FlushMode.NEVER
+
 
 class GroupCommit:
-    """Turns ``await sync(log)`` into as few fdatasync calls as correctness allows."""
+    """Turns ``await sync(log)`` into as few fdatasync calls as correctness allows.
+
+    A sync that fails takes its partition offline (see :class:`PartitionLog`), and every
+    request waiting on that partition gets KAFKA_STORAGE_ERROR, never an acknowledgement.
+    """
 
     def __init__(self, mode: FlushMode = FlushMode.GROUP) -> None:
         self.mode = mode
@@ -41,14 +49,22 @@ class GroupCommit:
         self.syncs = 0  # fdatasync rounds run, for tests and metrics
 
     async def sync(self, plog: PartitionLog) -> None:
-        """Return once everything appended to ``plog`` before this call is durable."""
+        """Return once everything appended to ``plog`` before this call is durable.
+
+        Raises KAFKA_STORAGE_ERROR if the partition is (or goes) offline.
+        """
         if self.mode is FlushMode.NEVER:
+            plog.check_online()
             return
         if self.mode is FlushMode.ALWAYS:
-            # Its own fsync, even if another request's round already took this segment off
-            # the unflushed list: that fsync may not have finished yet.
+            # Its own fsync, even if another request's round already covers this data: that
+            # fsync may not have finished yet.
             await self._run([plog], force=True)
-            return
+        else:
+            await self._join_round(plog)
+        plog.check_online()
+
+    async def _join_round(self, plog: PartitionLog) -> None:
         self._dirty.add(plog)
         if self._running is None:
             self._running = self._start_round()
@@ -74,22 +90,37 @@ class GroupCommit:
         self._running.add_done_callback(lambda done: _settle(waiting, done))
 
     async def _run(self, logs: list[PartitionLog], force: bool = False) -> None:
-        segments = {segment for plog in logs for segment in plog.take_unflushed()}
-        if force:
-            segments.update(plog.active for plog in logs)
-        if not segments:
+        points = [p for p in (_flush_point(plog, force) for plog in logs) if p is not None]
+        if not points:
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, _fdatasync_all, list(segments))
+        errors = await loop.run_in_executor(self._executor, _fdatasync_all, points)
         self.syncs += 1
+        for point, error in zip(points, errors, strict=True):
+            if error is None:
+                point.log.flushed(point)
+            else:
+                point.log.flush_failed(point, error)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
 
-def _fdatasync_all(segments: list[Segment]) -> None:
-    for segment in segments:
-        segment.flush()
+def _flush_point(plog: PartitionLog, force: bool) -> FlushPoint | None:
+    return None if plog.offline is not None else plog.flush_point(force)
+
+
+def _fdatasync_all(points: list[FlushPoint]) -> list[OSError | None]:
+    """fdatasync each point's file; one failure does not stop the others."""
+    errors: list[OSError | None] = []
+    for point in points:
+        try:
+            point.sync()
+        except OSError as exc:
+            errors.append(exc)
+        else:
+            errors.append(None)
+    return errors
 
 
 def _settle(waiter: asyncio.Future[None], done: asyncio.Future[None]) -> None:

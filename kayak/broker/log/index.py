@@ -1,20 +1,30 @@
 """Sparse indexes beside each segment: offset → file position, and timestamp → offset.
 
 Both use Kafka's on-disk entry layouts (offset index: relative offset int32 + position int32;
-time index: timestamp int64 + relative offset int32), appended as the segment grows and held
-in memory as arrays for bisection. They are hints: recovery rebuilds them from the segment
-whenever they disagree with it, so they are never fsynced on the produce path.
+time index: timestamp int64 + relative offset int32). They live in memory as arrays for
+bisection while a segment is written, and reach the disk only whole: when the segment is
+sealed (rolled) and at a clean shutdown, written to a temporary file, fsynced and renamed.
+So an index file on disk is either complete for its segment or absent; the active segment's
+index after a crash is rebuilt by recovery, which scans that segment anyway.
+
+An index is still only a hint: a loaded file is checked against the log, and every entry a
+read uses is checked against the batch header it points at (see ``Segment``).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from array import array
 from pathlib import Path
 
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
+OFFSET_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexFileError(Exception):
+    """An index file disagrees with its segment; the segment's index is rebuilt."""
 
 
 class OffsetIndex:
@@ -25,59 +35,64 @@ class OffsetIndex:
         self.base_offset = base_offset
         self._offsets = array("q")
         self._positions = array("q")
-        self._file = open(path, "ab")  # noqa: SIM115 - lives as long as the segment
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def load(self, log_size: int) -> bool:
-        """Read entries from disk; False if the file is inconsistent and must be rebuilt."""
-        data = self.path.read_bytes()
-        if len(data) % _OFFSET_ENTRY.size or (log_size and not data):
-            return False
+    def load(self, log_size: int) -> None:
+        """Read the saved entries; :class:`IndexFileError` if missing or inconsistent."""
+        data = _read(self.path)
+        if len(data) % OFFSET_ENTRY.size or (log_size and not data):
+            raise IndexFileError(f"{self.path}: {len(data)} bytes is not a whole index")
+        offsets, positions = array("q"), array("q")
         last_offset, last_position = -1, -1
-        for rel, position in _OFFSET_ENTRY.iter_unpack(data):
+        for rel, position in OFFSET_ENTRY.iter_unpack(data):
             if rel <= last_offset or position <= last_position or position >= log_size:
-                return False
-            self._offsets.append(self.base_offset + rel)
-            self._positions.append(position)
+                raise IndexFileError(f"{self.path}: entry ({rel}, {position}) is out of order")
+            offsets.append(self.base_offset + rel)
+            positions.append(position)
             last_offset, last_position = rel, position
-        return True
+        if positions and positions[0] != 0:
+            raise IndexFileError(f"{self.path}: the first entry is not the segment's start")
+        self._offsets, self._positions = offsets, positions
+
+    def save(self) -> None:
+        """Write every entry to disk durably (temp file, fsync, rename)."""
+        entries = bytearray(OFFSET_ENTRY.size * len(self._offsets))
+        for i, (offset, position) in enumerate(zip(self._offsets, self._positions, strict=True)):
+            OFFSET_ENTRY.pack_into(entries, i * OFFSET_ENTRY.size, offset - self.base_offset,
+                                   position)  # fmt: skip
+        _write_durably(self.path, entries)
 
     def append(self, offset: int, position: int) -> None:
         """Record that the batch at ``position`` holds ``offset`` (its base offset)."""
         self._offsets.append(offset)
         self._positions.append(position)
-        self._file.write(_OFFSET_ENTRY.pack(offset - self.base_offset, position))
 
-    def lookup(self, offset: int) -> int:
-        """Position of the last indexed batch starting at or before ``offset`` (0 if none)."""
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last indexed batch starting at or before ``offset``."""
         i = bisect.bisect_right(self._offsets, offset)
-        return self._positions[i - 1] if i else 0
+        return (self._offsets[i - 1], self._positions[i - 1]) if i else (self.base_offset, 0)
 
-    def boundary_at_or_before(self, position: int) -> int:
-        """The largest indexed batch start ≤ ``position`` (0 if none): a known batch boundary."""
+    def entry_at_or_before(self, position: int) -> tuple[int, int]:
+        """(offset, position) of the last indexed batch starting at or before ``position``."""
         i = bisect.bisect_right(self._positions, position)
-        return self._positions[i - 1] if i else 0
+        return (self._offsets[i - 1], self._positions[i - 1]) if i else (self.base_offset, 0)
+
+    def last(self) -> tuple[int, int]:
+        """The last entry, or the segment's start when there is none."""
+        return (self._offsets[-1], self._positions[-1]) if self._offsets else (self.base_offset, 0)
 
     def reset(self) -> None:
         """Forget every entry (before a rebuild)."""
         del self._offsets[:]
         del self._positions[:]
-        self._file.truncate(0)
 
     def truncate_after(self, position: int) -> None:
         """Drop entries pointing at or beyond ``position`` (the log was cut there)."""
         keep = bisect.bisect_left(self._positions, position)
         del self._offsets[keep:]
         del self._positions[keep:]
-        self._file.truncate(keep * _OFFSET_ENTRY.size)
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class TimeIndex:
@@ -88,7 +103,6 @@ class TimeIndex:
         self.base_offset = base_offset
         self._timestamps = array("q")
         self._offsets = array("q")
-        self._file = open(path, "ab")  # noqa: SIM115 - lives as long as the segment
 
     def __len__(self) -> int:
         return len(self._timestamps)
@@ -97,24 +111,32 @@ class TimeIndex:
     def max_timestamp(self) -> int:
         return self._timestamps[-1] if self._timestamps else -1
 
-    def load(self, log_size: int) -> bool:
-        """Read entries from disk; False if the file is inconsistent and must be rebuilt."""
-        data = self.path.read_bytes()
-        if len(data) % _TIME_ENTRY.size or (log_size and not data):
-            return False
-        for timestamp, rel in _TIME_ENTRY.iter_unpack(data):
-            if self._timestamps and timestamp <= self._timestamps[-1]:
-                return False
-            self._timestamps.append(timestamp)
-            self._offsets.append(self.base_offset + rel)
-        return True
+    def load(self, next_offset: int) -> None:
+        """Read the saved entries; :class:`IndexFileError` if missing or inconsistent."""
+        data = _read(self.path)
+        if len(data) % TIME_ENTRY.size:
+            raise IndexFileError(f"{self.path}: {len(data)} bytes is not a whole time index")
+        timestamps, offsets = array("q"), array("q")
+        for timestamp, rel in TIME_ENTRY.iter_unpack(data):
+            offset = self.base_offset + rel
+            in_order = not timestamps or (timestamp > timestamps[-1] and offset >= offsets[-1])
+            if not in_order or not self.base_offset <= offset < max(next_offset, 1):
+                raise IndexFileError(f"{self.path}: entry ({timestamp}, {rel}) is out of order")
+            timestamps.append(timestamp)
+            offsets.append(offset)
+        self._timestamps, self._offsets = timestamps, offsets
+
+    def save(self) -> None:
+        entries = bytearray(TIME_ENTRY.size * len(self._timestamps))
+        for i, (stamp, offset) in enumerate(zip(self._timestamps, self._offsets, strict=True)):
+            TIME_ENTRY.pack_into(entries, i * TIME_ENTRY.size, stamp, offset - self.base_offset)
+        _write_durably(self.path, entries)
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add an entry if ``timestamp`` is newer than any indexed so far."""
         if timestamp > self.max_timestamp:
             self._timestamps.append(timestamp)
             self._offsets.append(offset)
-            self._file.write(_TIME_ENTRY.pack(timestamp, offset - self.base_offset))
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which a scan finds the first record with timestamp ≥ ``timestamp``."""
@@ -124,10 +146,31 @@ class TimeIndex:
     def reset(self) -> None:
         del self._timestamps[:]
         del self._offsets[:]
-        self._file.truncate(0)
 
-    def flush(self) -> None:
-        self._file.flush()
+    def truncate_after(self, offset: int) -> None:
+        """Drop entries for offsets at or beyond ``offset`` (the log was cut there)."""
+        keep = bisect.bisect_left(self._offsets, offset)
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
 
-    def close(self) -> None:
-        self._file.close()
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise IndexFileError(f"{path} is missing") from None
+
+
+def _write_durably(path: Path, data: bytes | bytearray) -> None:
+    # Temp name, fsync, rename: a crash leaves the old file or the new one, never half.
+    # The caller fsyncs the directory once for all the files it renamed.
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view, written = memoryview(data), 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,25 +1,45 @@
 """One partition's log: a directory of segments, appended to at the end, cut at the front.
 
-A single node owns every partition, so the high watermark is the log end offset. The log
-start offset moves forward through retention and DeleteRecords (prefix truncation) and is
-checkpointed so that a restart never serves offsets a client was told were deleted.
+Offsets that bound it:
+- the *log end offset*: where the next append goes;
+- the *high watermark*: what a fetch may return. With fsync-before-ack
+  (``visible_after_flush``) it is the last offset known to be on disk, so a consumer never sees
+  a record that a power loss could take back and hand out again under the same offset, as a
+  replicated Kafka only exposes committed records; otherwise it follows the log end;
+- the *log start offset*: moved forward by retention and DeleteRecords (prefix truncation)
+  and checkpointed so that a restart never serves offsets a client was told were deleted.
+
+Storage errors follow Kafka's rule that a log which failed to write or sync is not trusted:
+a failed fsync (the page cache may have dropped the data, PostgreSQL's "fsyncgate") or a
+write that could not be undone takes the partition *offline* until a restart, which recovers
+it from disk. A write that failed cleanly (a full disk) is cut back and refused with
+KAFKA_STORAGE_ERROR, and the partition stays online for when space returns.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
 
 from kayak.broker.log.config import LogConfig
-from kayak.broker.log.files import write_atomically
+from kayak.broker.log.files import fsync_directory, write_atomically
+from kayak.broker.log.loader import load_segments
 from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
-from kayak.broker.log.segment import FileSlice, Segment
-from kayak.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from kayak.broker.log.segment import FileSlice, Segment, SegmentDamagedError, SegmentFile
+from kayak.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS
 from kayak.protocol.records.scanner import BatchHeader, assign_offsets, scan_batches
 
@@ -44,41 +64,104 @@ class AppendResult:
     duplicate: bool = False  # an idempotent retry: already stored, nothing written
 
 
+@dataclass(frozen=True, slots=True)
+class FlushPoint:
+    """A position of the active segment to make durable (see :meth:`PartitionLog.flush_point`).
+
+    It holds the segment's file, so a roll or a deletion meanwhile cannot close it.
+    """
+
+    log: PartitionLog
+    segment: Segment
+    file: SegmentFile
+    position: int
+    offset: int
+
+    def sync(self) -> None:
+        """fdatasync the file (blocking: run it in a worker thread)."""
+        os.fdatasync(self.file.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class _Visible:
+    """The high watermark and where it lies in the files."""
+
+    offset: int
+    segment: Segment
+    position: int
+
+
 class PartitionLog:
     """The segments of one topic-partition and the offsets that bound them."""
 
-    def __init__(self, directory: Path, config: LogConfig) -> None:
+    def __init__(
+        self, directory: Path, config: LogConfig, visible_after_flush: bool = False
+    ) -> None:
         self.directory = directory
         self.leader_epoch = 0  # a single node never changes leader
         self.config = config
+        self.visible_after_flush = visible_after_flush
         self.segments: list[Segment] = []
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
-        self._unflushed: set[Segment] = set()
+        self.offline: str | None = None  # why the partition is offline (None: online)
+        self.on_visible: Callable[[], None] | None = None  # the high watermark moved
+        self._visible: _Visible | None = None
+        self._flushed = (0, 0)  # (position, offset) of the active segment known durable
 
     # -- opening ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, clean_shutdown: bool = False) -> PartitionLog:
-        """Open (creating if needed) and recover a partition directory.
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clean_shutdown: bool = False,
+        visible_after_flush: bool = False,
+    ) -> PartitionLog:
+        """Open (creating if needed) and recover a partition directory (see ``loader``).
 
-        After an unclean shutdown the active segment is rescanned with CRC checks and a torn
-        or corrupt tail is cut; older segments only need their indexes, which are rebuilt if
-        they disagree with the log.
+        A directory that fails its checks opens *offline*: every operation then raises
+        KAFKA_STORAGE_ERROR naming the problem, and the broker's other partitions are not
+        affected.
         """
-        directory.mkdir(parents=True, exist_ok=True)
-        plog = cls(directory, config)
-        bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
-        for i, base in enumerate(bases):
-            segment = Segment(directory, base, config.index_interval_bytes)
-            active = i == len(bases) - 1
-            plog._load_segment(segment, active, clean_shutdown)
-            plog.segments.append(segment)
+        if not directory.exists():
+            directory.mkdir(parents=True)
+            fsync_directory(directory.parent)
+        plog = cls(directory, config, visible_after_flush)
+        loaded = load_segments(directory, config.index_interval_bytes, clean_shutdown)
+        plog.segments = loaded.segments
+        if loaded.problem is not None:
+            plog._go_offline(loaded.problem)
+            return plog
         if not plog.segments:
-            plog.segments.append(Segment(directory, 0, config.index_interval_bytes))
+            plog.segments.append(plog._new_segment(0))
         plog.log_start_offset = max(plog._read_checkpoint(), plog.segments[0].base_offset)
-        plog._restore_producer_state()
+        plog._drop_segments_below_log_start()
+        try:
+            plog._restore_producer_state()
+        except CorruptRecordError as exc:
+            plog._go_offline(str(exc))
+            return plog
+        plog._show_everything_on_disk()
         return plog
+
+    def _drop_segments_below_log_start(self) -> None:
+        """Make the files agree with the log start checkpoint.
+
+        Segments wholly below it are what a crash between the checkpoint and the deletion
+        left. A log end below it (only after losing unsynced data) restarts the log there:
+        those offsets were deleted anyway and must never be handed out again.
+        """
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self._delete_oldest()
+        if self.log_end_offset < self.log_start_offset:
+            log.warning("%s: log end %d is below the log start %d; starting empty at %d",
+                        self.directory, self.log_end_offset, self.log_start_offset,
+                        self.log_start_offset)  # fmt: skip
+            while self.segments:
+                self.segments.pop().delete()
+            self.segments.append(self._new_segment(self.log_start_offset))
 
     def _restore_producer_state(self) -> None:
         """Load the last snapshot and replay what the log holds beyond it."""
@@ -95,22 +178,15 @@ class PartitionLog:
         table.expire(int(time.time() * 1000))
         self.producers = table
 
-    def _load_segment(self, segment: Segment, active: bool, clean_shutdown: bool) -> None:
-        if active and not clean_shutdown:
-            cut = segment.recover()
-            if cut:
-                log.warning("%s: recovered, cut %d bytes of torn tail", segment.path, cut)
-            return
-        if not segment.load_indexes():
-            log.info("%s: rebuilding inconsistent indexes", segment.path)
-            segment.recover(validate_crc=active)
-            return
-        segment.max_timestamp = segment.time_index.max_timestamp
-        header = segment.last_indexed()
-        while header is not None:
-            segment.next_offset = header.next_offset
-            segment.max_timestamp = max(segment.max_timestamp, header.max_timestamp)
-            header = segment.header_at(header.end)
+    def _show_everything_on_disk(self) -> None:
+        active = self.active
+        self._flushed = (active.size, active.next_offset)
+        self._visible = _Visible(active.next_offset, active, active.size)
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        fsync_directory(self.directory)
+        return segment
 
     # -- offsets ------------------------------------------------------------------------
 
@@ -125,11 +201,31 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.log_end_offset
+        """The end of what a fetch may return (the durable end with ``visible_after_flush``)."""
+        return self._visible.offset if self._visible is not None else self.log_end_offset
 
     @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
+
+    def check_online(self) -> None:
+        """Raise KAFKA_STORAGE_ERROR if the partition is offline."""
+        if self.offline is not None:
+            raise KafkaStorageError(f"{self.directory.name} is offline: {self.offline}")
+
+    def _go_offline(self, why: str) -> None:
+        if self.offline is None:
+            log.error("%s: partition offline until restart: %s", self.directory.name, why)
+            self.offline = why
+        if self.on_visible is not None:
+            self.on_visible()  # long-polling fetches answer the error now
+
+    def _advance_visible(self, segment: Segment, position: int, offset: int) -> None:
+        if self._visible is not None and offset <= self._visible.offset:
+            return
+        self._visible = _Visible(offset, segment, position)
+        if self.on_visible is not None:
+            self.on_visible()
 
     # -- appending ----------------------------------------------------------------------
 
@@ -141,7 +237,9 @@ class PartitionLog:
         Nothing of an invalid request is written: every batch is checked (CRC-32C, lengths,
         magic 2, record count against offsets, size limit) before the first byte goes out.
         Durability is the caller's next step (:class:`~kayak.broker.log.group_commit.GroupCommit`).
+        A write that fails leaves nothing in the file and raises KAFKA_STORAGE_ERROR.
         """
+        self.check_online()
         buf = bytearray(records)
         base_offset = self.log_end_offset
         next_offset = assign_offsets(buf, base_offset, partition_leader_epoch=self.leader_epoch)
@@ -167,11 +265,25 @@ class PartitionLog:
             append_time = now_ms if now_ms is not None else int(time.time() * 1000)
             headers = [_stamp_log_append_time(buf, h, append_time) for h in headers]
         self._maybe_roll(len(buf))
-        self.active.append(memoryview(buf), headers)
-        self._unflushed.add(self.active)
+        self._write(buf, headers)
         for header in headers:
             self.producers.update(header)
+        if not self.visible_after_flush:
+            self._advance_visible(self.active, self.active.size, self.active.next_offset)
         return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def _write(self, buf: bytearray, headers: list[BatchHeader]) -> None:
+        try:
+            self.active.append(memoryview(buf), headers)
+        except SegmentDamagedError as exc:
+            self._go_offline(str(exc))
+            raise KafkaStorageError(str(exc)) from exc
+        except OSError as exc:
+            log.error("%s: append of %d bytes failed and was cut back: %s",
+                      self.directory.name, len(buf), exc.strerror or exc)  # fmt: skip
+            raise KafkaStorageError(
+                f"{self.directory.name}: write failed: {exc.strerror or exc}"
+            ) from exc
 
     def _maybe_roll(self, incoming: int) -> None:
         active = self.active
@@ -183,39 +295,78 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> Segment:
-        """Start a new active segment at the log end offset (unless the active one is empty)."""
-        if self.active.size == 0:
-            return self.active
-        segment = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
+        """Seal the active segment and start a new one at the log end offset.
+
+        Sealing (fsync, indexes saved) comes first: only the last segment ever needs
+        recovery. Does nothing while the active segment is empty.
+        """
+        self.check_online()
+        sealing = self.active
+        if sealing.size == 0:
+            return sealing
+        try:
+            sealing.seal()
+            segment = self._new_segment(self.log_end_offset)
+        except OSError as exc:
+            self._go_offline(f"rolling {sealing.path.name} failed: {exc}")
+            raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         self.segments.append(segment)
+        self._flushed = (0, segment.base_offset)
+        self._advance_visible(sealing, sealing.size, sealing.next_offset)
         # A restart then replays producer state from the new segment on, not the whole log.
         self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
         return segment
 
-    def take_unflushed(self) -> list[Segment]:
-        """Segments written since the last call; the caller makes them durable."""
-        segments = list(self._unflushed)
-        self._unflushed.clear()
-        return segments
+    # -- durability ---------------------------------------------------------------------
+
+    def flush_point(self, force: bool = False) -> FlushPoint | None:
+        """What an fdatasync now would make durable; None if that is already done.
+
+        Only the active segment can hold unsynced data (older ones were sealed).
+        """
+        self.check_online()
+        active = self.active
+        if not force and active.size == self._flushed[0]:
+            return None
+        return FlushPoint(self, active, active.file, active.size, active.next_offset)
+
+    def flushed(self, point: FlushPoint) -> None:
+        """``point`` is on disk: move the high watermark up to it."""
+        if point.segment is self.active and point.position > self._flushed[0]:
+            self._flushed = (point.position, point.offset)
+        self._advance_visible(point.segment, point.position, point.offset)
+
+    def flush_failed(self, point: FlushPoint, error: OSError) -> None:
+        """An fdatasync failed: the page cache may have dropped the data, so stop trusting it."""
+        self._go_offline(f"fdatasync of {point.segment.path.name} failed: {error}")
 
     def flush(self) -> None:
-        """fdatasync everything appended so far (blocking: call from a worker thread)."""
-        for segment in self.take_unflushed():
-            segment.flush()
+        """fdatasync everything appended so far (blocking: tools and tests)."""
+        point = self.flush_point()
+        if point is not None:
+            point.sync()
+            self.flushed(point)
 
     # -- reading ------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, min_one: bool = True) -> FileSlice | None:
-        """Batches from the one holding ``offset``; None when ``offset`` is the log end.
+        """Batches from the one holding ``offset``; None at the high watermark.
 
-        Raises :class:`~kayak.errors.OffsetOutOfRangeError` outside [log start, log end].
+        Raises :class:`~kayak.errors.OffsetOutOfRangeError` outside [log start, high
+        watermark], KAFKA_STORAGE_ERROR when offline and CORRUPT_MESSAGE where the file is
+        damaged (naming file and position); never returns bytes past the high watermark.
         """
+        self.check_online()
         self._check_range(offset)
-        if offset == self.log_end_offset:
+        visible = self._visible
+        if offset == self.high_watermark or visible is None:
             return None
         i = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
         for segment in self.segments[i:]:
-            found = segment.read(offset, max_bytes, min_one)
+            if segment.base_offset >= visible.offset:
+                return None
+            end = visible.position if segment is visible.segment else None
+            found = segment.read(offset, max_bytes, min_one, end)
             if found is not None:
                 return found
             if segment.find(offset) is not None:
@@ -223,19 +374,20 @@ class PartitionLog:
         return None
 
     def _check_range(self, offset: int) -> None:
-        if not self.log_start_offset <= offset <= self.log_end_offset:
+        if not self.log_start_offset <= offset <= self.high_watermark:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}] "
                 f"of {self.directory.name}"
             )
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first batch with a record at or after ``timestamp``."""
+        self.check_online()
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
             header = segment.find_by_timestamp(timestamp)
-            if header is not None:
+            if header is not None and header.base_offset < self.high_watermark:
                 return max(header.base_offset, self.log_start_offset), header.max_timestamp
         return None
 
@@ -244,50 +396,59 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> int:
         """Prefix truncation (DeleteRecords): make ``offset`` the new log start offset.
 
-        Whole segments below it are deleted; the checkpoint makes the cut survive restarts.
-        Returns the new log start offset.
+        Whole segments below it are deleted; the checkpoint, written first, makes the cut
+        survive restarts. Returns the new log start offset.
         """
+        self.check_online()
         if offset == -1:  # Kafka's "up to the high watermark"
             offset = self.high_watermark
         self._check_range(offset)
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self._write_checkpoint()
-            self._delete_segments_below(offset)
+            deleted = 0
+            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self._delete_oldest()
+                deleted += 1
+            if deleted:
+                fsync_directory(self.directory)
         return self.log_start_offset
-
-    def _delete_segments_below(self, offset: int) -> None:
-        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
-            self._delete_oldest()
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``.
 
         The active segment is never deleted. Returns how many segments went.
         """
+        if self.offline is not None:
+            return 0
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         self.producers.expire(now)
         if not self.config.deletes:
             return 0
-        deleted = 0
-        while len(self.segments) > 1 and self._expired(self.segments[0], now):
-            self._delete_oldest()
-            deleted += 1
-        if deleted:
-            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        expired = 0
+        while expired + 1 < len(self.segments) and self._expired(expired, now):
+            expired += 1
+        if expired:
+            # Checkpoint first: a crash between the two leaves segments below the log start,
+            # which the next start deletes, never a log start pointing at deleted data.
+            self.log_start_offset = max(self.log_start_offset, self.segments[expired].base_offset)
             self._write_checkpoint()
-        return deleted
+            for _ in range(expired):
+                self._delete_oldest()
+            fsync_directory(self.directory)
+        return expired
 
-    def _expired(self, segment: Segment, now_ms: int) -> bool:
+    def _expired(self, index: int, now_ms: int) -> bool:
+        segment = self.segments[index]
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         too_old = 0 <= segment.max_timestamp < now_ms - retention_ms
         if retention_ms >= 0 and too_old:
             return True
-        return retention_bytes >= 0 and self.size_in_bytes - segment.size >= retention_bytes
+        remaining = sum(s.size for s in self.segments[index + 1 :])
+        return retention_bytes >= 0 and remaining >= retention_bytes
 
     def _delete_oldest(self) -> None:
         segment = self.segments.pop(0)
-        self._unflushed.discard(segment)
         segment.delete()
         log.info("%s: deleted segment %d", self.directory.name, segment.base_offset)
 
@@ -302,12 +463,24 @@ class PartitionLog:
     def _write_checkpoint(self) -> None:
         write_atomically(self.directory / LOG_START_CHECKPOINT, f"{self.log_start_offset}\n")
 
-    def close(self) -> None:
-        """Flush and close every segment; snapshot producer state for a fast restart."""
-        self.flush()
-        self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+    def close(self) -> bool:
+        """Flush and seal the active segment, snapshot producer state, let go of the files.
+
+        Returns False if the partition is offline or closing it failed: the next start must
+        then recover it rather than trust it.
+        """
+        clean = self.offline is None
+        if clean:
+            try:
+                self.active.seal()
+                self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+                fsync_directory(self.directory)
+            except OSError as exc:
+                log.error("%s: closing failed: %s", self.directory.name, exc)
+                clean = False
         for segment in self.segments:
             segment.close()
+        return clean
 
 
 def _stamp_log_append_time(buf: bytearray, header: BatchHeader, append_time: int) -> BatchHeader:

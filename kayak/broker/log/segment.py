@@ -1,8 +1,16 @@
 """One segment: a ``.log`` file of record batches with its ``.index`` and ``.timeindex``.
 
 Batches are stored exactly as produced (with broker-assigned base offsets), so a fetch can
-send file bytes straight to a socket. The file descriptor stays open for the segment's life:
-reads use ``pread``/``sendfile`` at explicit positions and never move a shared file offset.
+send file bytes straight to a socket. Reads use ``pread``/``sendfile`` at explicit positions
+and never move a shared file offset.
+
+The descriptor belongs to a :class:`SegmentFile` that every :class:`FileSlice` handed to a
+fetch holds on to: deleting a segment unlinks its files at once, but the descriptor closes
+only when the last fetch that took a slice of it is done. A descriptor number is therefore
+never reused by another file while a response still means to send from it.
+
+Every segment but the last is *sealed*: its data fsynced and its indexes saved whole. Only
+the last segment can have a torn tail after a crash, so only it is rescanned.
 """
 
 from __future__ import annotations
@@ -10,29 +18,23 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kayak.broker.log.files import remove_quietly
-from kayak.broker.log.index import OffsetIndex, TimeIndex
-from kayak.errors import CorruptRecordError, InvalidRecordError
-from kayak.protocol.records.record import (
-    BATCH_HEADER,
-    BATCH_HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC_POS,
-    MAGIC_V2,
-    MIN_BATCH_LENGTH,
-)
-from kayak.protocol.records.scanner import BatchHeader, read_batch_header, validate_batch
+from kayak.broker.log.index import IndexFileError, OffsetIndex, TimeIndex
+from kayak.broker.log.recovery import SegmentScan
+from kayak.errors import CorruptRecordError
+from kayak.protocol.records.record import BATCH_HEADER, BATCH_HEADER_SIZE, MAGIC_POS, MAGIC_V2
+from kayak.protocol.records.scanner import BatchHeader
 
 log = logging.getLogger(__name__)
 
 # Enough to read any v2 batch header (61 bytes) in one pread.
 _HEADER_READ = 64
-# Recovery reads the segment in chunks this large, so a torn tail costs one short read.
-_RECOVERY_CHUNK = 4 * 1024 * 1024
+_MIN_BATCH_SIZE = BATCH_HEADER_SIZE
 
 
 def segment_name(base_offset: int) -> str:
@@ -40,20 +42,37 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+class SegmentFile:
+    """An open ``.log`` descriptor, closed once the segment and every slice let go of it."""
+
+    __slots__ = ("__weakref__", "_closer", "fd")
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closer = weakref.finalize(self, os.close, self.fd)
+
+
 @dataclass(frozen=True, slots=True)
 class FileSlice:
-    """A byte range of a segment file, ready for ``os.sendfile``."""
+    """A byte range of a segment file, ready for ``os.sendfile``.
 
-    fd: int
+    Holding a slice keeps its file open even if the segment is deleted meanwhile.
+    """
+
+    file: SegmentFile
     position: int
     length: int
+
+    @property
+    def fd(self) -> int:
+        return self.file.fd
 
     def __len__(self) -> int:
         return self.length
 
     def read(self) -> bytes:
         """The bytes themselves (for transports that cannot sendfile, and for tests)."""
-        return os.pread(self.fd, self.length, self.position)
+        return os.pread(self.file.fd, self.length, self.position)
 
 
 class Segment:
@@ -63,8 +82,8 @@ class Segment:
         self.base_offset = base_offset
         stem = directory / segment_name(base_offset)
         self.path = stem.with_suffix(".log")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.file = SegmentFile(self.path)
+        self.size = os.fstat(self.file.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_at = time.time()
@@ -73,12 +92,31 @@ class Segment:
         self._index_interval = index_interval_bytes
         self._bytes_since_index = 0
 
+    @property
+    def fd(self) -> int:
+        return self.file.fd
+
     # -- writing ------------------------------------------------------------------------
 
     def append(self, data: memoryview, headers: list[BatchHeader]) -> None:
-        """Append validated batches (positions in ``headers`` are relative to ``data``)."""
+        """Append validated batches (positions in ``headers`` are relative to ``data``).
+
+        If the write fails (a full disk, an I/O error) the file is cut back to where it was
+        before re-raising, so a failed append leaves nothing behind; if even that cut fails,
+        :class:`SegmentDamagedError` says the file can no longer be trusted.
+        """
         start = self.size
-        _write_all(self.fd, data, start)
+        try:
+            _write_all(self.fd, data, start)
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError as cut:
+                raise SegmentDamagedError(
+                    f"{self.path}: write failed ({exc.strerror}) and cutting back to {start} "
+                    f"failed too ({cut.strerror})"
+                ) from exc
+            raise
         self.size += len(data)
         for header in headers:
             self._track(header, start + header.position)
@@ -93,31 +131,42 @@ class Segment:
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
 
     def flush(self) -> None:
-        """Make the appended batches durable (indexes are rebuilt by recovery, not synced)."""
+        """Make the appended batches durable (blocking)."""
         os.fdatasync(self.fd)
-        self.index.flush()
-        self.time_index.flush()
+
+    def seal(self) -> None:
+        """fsync the data and save both indexes: from now on the segment needs no recovery.
+
+        The caller fsyncs the directory (the index renames) once for all it sealed.
+        """
+        os.fdatasync(self.fd)
+        self.index.save()
+        self.time_index.save()
 
     # -- reading ------------------------------------------------------------------------
 
     def header_at(self, position: int) -> BatchHeader | None:
-        """The batch header at a file position, or None at the end of the data."""
+        """The batch header at a file position, or None exactly at the end of the data.
+
+        A position inside the file that does not hold a whole, sane v2 batch header raises
+        :class:`~kayak.errors.CorruptRecordError` naming the file and position: a read never
+        walks on through garbage.
+        """
         if position >= self.size:
             return None
         raw = os.pread(self.fd, _HEADER_READ, position)
-        if len(raw) >= BATCH_HEADER_SIZE and raw[MAGIC_POS] == MAGIC_V2:
-            # A v2 header is complete in its first 61 bytes; only check the batch fits the
-            # file rather than reading all of it (that read would defeat zero-copy fetch).
-            v2 = BatchHeader(position, *BATCH_HEADER.unpack_from(raw, 0))
-            if v2.batch_length < MIN_BATCH_LENGTH or position + v2.size > self.size:
-                return None
-            return v2
-        header = read_batch_header(raw, 0)
-        if header is None and len(raw) >= LOG_OVERHEAD:
-            # Legacy or oversize header reads need the whole batch; a v2 header never does.
-            raw = os.pread(self.fd, LOG_OVERHEAD + _batch_length(raw), position)
-            header = read_batch_header(raw, 0)
-        return None if header is None else header._replace(position=position)
+        if len(raw) < BATCH_HEADER_SIZE or raw[MAGIC_POS] != MAGIC_V2:
+            raise self.corrupt(position, "no record batch header here")
+        header = BatchHeader(position, *BATCH_HEADER.unpack_from(raw, 0))
+        if header.size < _MIN_BATCH_SIZE or position + header.size > self.size:
+            raise self.corrupt(position, f"batch length {header.batch_length} does not fit")
+        if header.last_offset_delta < 0 or header.base_offset < self.base_offset:
+            raise self.corrupt(position, f"batch offsets {header.base_offset}+ are impossible")
+        return header
+
+    def corrupt(self, position: int, why: str) -> CorruptRecordError:
+        log.error("%s: corrupt at position %d: %s", self.path, position, why)
+        return CorruptRecordError(f"{self.path} is corrupt at position {position}: {why}")
 
     def headers(self, position: int = 0) -> Iterator[BatchHeader]:
         """Every batch header from ``position`` to the end, read without decoding records."""
@@ -125,17 +174,37 @@ class Segment:
             yield header
             position = header.end
 
-    def last_indexed(self) -> BatchHeader | None:
-        """The header of the last batch the offset index points at."""
-        return self.header_at(self.index.lookup(2**63 - 1))
+    def _indexed_header(self, offset: int, position: int) -> BatchHeader | None:
+        """The header an index entry points at, checked against the entry.
+
+        A damaged index (an entry pointing anywhere but the batch it names) is rebuilt from
+        the log and the caller asks again; it never steers a read into the middle of a batch.
+        """
+        try:
+            header = self.header_at(position)
+        except CorruptRecordError:
+            header = None
+        if (header is None and position < self.size) or (
+            header is not None and header.base_offset != offset
+        ):
+            log.warning("%s: index entry (%d, %d) is wrong; rebuilding the index",
+                        self.index.path, offset, position)  # fmt: skip
+            self.rebuild_index()
+            raise _IndexRebuilt
+        return header
 
     def find(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is ≥ ``offset``, or None past the end."""
-        position = self.index.lookup(offset)
-        while (header := self.header_at(position)) is not None:
+        while True:
+            try:
+                header = self._indexed_header(*self.index.lookup(offset))
+                break
+            except _IndexRebuilt:
+                continue
+        while header is not None:
             if header.last_offset >= offset:
                 return header
-            position = header.end
+            header = self.header_at(header.end)
         return None
 
     def find_by_timestamp(self, timestamp: int) -> BatchHeader | None:
@@ -147,88 +216,130 @@ class Segment:
             header = self.header_at(header.end)
         return None
 
-    def read(self, offset: int, max_bytes: int, min_one: bool) -> FileSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, min_one: bool, end: int | None = None
+    ) -> FileSlice | None:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` of them.
 
         With ``min_one`` the first batch comes whole even if larger than ``max_bytes``, as
-        Kafka does so that a consumer can always make progress.
+        Kafka does so that a consumer can always make progress. Nothing at or past file
+        position ``end`` (a batch boundary: the high watermark) is returned.
         """
+        end = self.size if end is None else end
         first = self.find(offset)
-        if first is None:
+        if first is None or first.position >= end:
             return None
         if first.size > max_bytes and not min_one:
             return None
-        limit = first.position + max_bytes
+        limit = min(first.position + max_bytes, end)
         # Every batch before an indexed boundary ends at or before it, so the index lets us
-        # skip straight to the last boundary within the limit instead of reading each header.
-        end = max(first.end, self.index.boundary_at_or_before(limit))
-        while end < limit:
-            header = self.header_at(end)
-            if header is None or header.end > limit:
-                break
-            end = header.end
-        return FileSlice(self.fd, first.position, end - first.position)
+        # skip straight to the last boundary within the limit instead of reading each header;
+        # the header there is checked against the index entry before it is trusted.
+        stop = first.end
+        indexed_offset, indexed_position = self.index.entry_at_or_before(limit)
+        if indexed_position > first.position:
+            try:
+                header = self._indexed_header(indexed_offset, indexed_position)
+            except _IndexRebuilt:
+                return self.read(offset, max_bytes, min_one, end)
+            stop = indexed_position
+        else:
+            header = self.header_at(stop) if stop < limit else None
+        while header is not None and header.end <= limit:
+            stop = header.end
+            header = self.header_at(stop) if stop < limit else None
+        return FileSlice(self.file, first.position, stop - first.position)
 
     # -- recovery -----------------------------------------------------------------------
 
     def load_indexes(self) -> bool:
-        """Load both index files; False if either is inconsistent with the log."""
-        return self.index.load(self.size) and self.time_index.load(self.size)
+        """Load both saved indexes and check the log ends where they say; False if not.
 
-    def recover(self, validate_crc: bool = True) -> int:
-        """Rescan the whole segment, cut a torn or corrupt tail, rebuild indexes.
+        Walks the log from the last indexed batch to its end (headers only), so a sealed
+        segment costs a few reads, and learns the next offset and the largest timestamp.
+        """
+        try:
+            self.index.load(self.size)
+            last_offset, last_position = self.index.last()
+            self.time_index.load(2**63 - 1)
+            header = self.header_at(last_position)
+            if header is None and self.size:
+                return False
+            if header is not None and header.base_offset != last_offset:
+                return False
+            self.next_offset, self.max_timestamp = self.base_offset, self.time_index.max_timestamp
+            while header is not None:
+                self.next_offset = header.next_offset
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+                header = self.header_at(header.end)
+        except (IndexFileError, CorruptRecordError) as exc:
+            log.info("%s", exc)
+            self.index.reset()
+            self.time_index.reset()
+            return False
+        return self.time_index.max_timestamp <= self.max_timestamp
 
-        Returns how many bytes were cut. Every batch before the cut passed its CRC check.
+    def rebuild_index(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC checks; the log is trusted)."""
+        self.index.reset()
+        self.time_index.reset()
+        self._bytes_since_index = 0
+        self.next_offset, self.max_timestamp = self.base_offset, -1
+        for header in self.headers():
+            self._track(header, header.position)
+
+    def recover(self, expected_offset: int) -> SegmentScan:
+        """Scan the whole segment with CRC checks and rebuild its indexes.
+
+        Returns what the scan found: where the longest valid prefix ends, and whether what
+        follows is a torn tail or damage in the middle. Cutting is the caller's decision.
         """
         self.index.reset()
         self.time_index.reset()
         self._bytes_since_index = 0
         self.next_offset, self.max_timestamp = self.base_offset, -1
-        position, valid_end = 0, 0
-        chunk, chunk_start = b"", 0
-        while position < self.size:
-            if position + _HEADER_READ > chunk_start + len(chunk):
-                chunk_start, chunk = position, os.pread(self.fd, _RECOVERY_CHUNK, position)
-            try:
-                header = read_batch_header(chunk, position - chunk_start)
-                if header is None and len(chunk) == _RECOVERY_CHUNK:
-                    # A batch larger than the chunk: read exactly it.
-                    chunk_start = position
-                    chunk = os.pread(self.fd, LOG_OVERHEAD + _batch_length(chunk), position)
-                    header = read_batch_header(chunk, 0)
-                if header is None:
-                    break
-                if validate_crc:
-                    validate_batch(header, chunk, strict=False)
-            except (CorruptRecordError, InvalidRecordError) as exc:
-                log.warning("%s: cutting corrupt tail at %d: %s", self.path, position, exc)
-                break
-            self._track(header._replace(position=position), position)
-            position = valid_end = position + header.size
-        cut = self.size - valid_end
-        if cut:
-            self.truncate_to(valid_end)
-        return cut
+        return SegmentScan.run(self.fd, self.size, expected_offset, self._track_scanned)
+
+    def _track_scanned(self, header: BatchHeader) -> None:
+        self._track(header, header.position)
 
     def truncate_to(self, position: int) -> None:
-        """Cut the file at ``position`` (a batch boundary)."""
+        """Cut the file at ``position`` (a batch boundary) and make the cut durable."""
         os.ftruncate(self.fd, position)
         os.fsync(self.fd)
         self.size = position
         self.index.truncate_after(position)
+        self.time_index.truncate_after(self.next_offset)
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
-        self.index.close()
-        self.time_index.close()
-        os.close(self.fd)
+        """Let go of the file (fetches still holding a slice keep it open until done)."""
+        self.file = _CLOSED
 
     def delete(self) -> None:
-        """Close and remove the segment's files."""
+        """Remove the segment's files; in-flight fetches keep reading the unlinked file."""
         self.close()
         for path in (self.path, self.index.path, self.time_index.path):
             remove_quietly(path)
+
+
+class SegmentDamagedError(OSError):
+    """A segment file is in a state nothing wrote on purpose (a failed write not undone)."""
+
+
+class _IndexRebuilt(Exception):
+    """The index was wrong and has been rebuilt: look again."""
+
+
+class _ClosedFile(SegmentFile):
+    """Stands in for a released file: any use is a bug, reported as EBADF."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+
+
+_CLOSED = _ClosedFile()
 
 
 def _write_all(fd: int, data: memoryview, position: int) -> None:
@@ -236,7 +347,3 @@ def _write_all(fd: int, data: memoryview, position: int) -> None:
     written = 0
     while written < len(data):
         written += os.pwrite(fd, data[written:], position + written)
-
-
-def _batch_length(raw: bytes) -> int:
-    return int.from_bytes(raw[8:12], "big", signed=True) if len(raw) >= 12 else 0

@@ -103,8 +103,12 @@ class SchemaStore:
         """The store, with the state ``_schemas`` holds if it exists."""
         store = cls(catalog, commit)
         if catalog.get(TOPIC) is not None:
-            store._partition = catalog.partition(TOPIC, 0)
-            store._replay(store._partition)
+            try:
+                store._partition = catalog.partition(TOPIC, 0)
+                store._replay(store._partition)
+            except KafkaError as exc:
+                # The broker still serves every other partition; writes here fail clearly.
+                log.error("schema registry state unavailable: %s", exc)
         return store
 
     def _topic_partition(self) -> Partition:
