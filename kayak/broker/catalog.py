@@ -287,21 +287,26 @@ class TopicCatalog:
     def topics(self) -> list[Topic]:
         return list(self._topics.values())
 
-    def partition(self, name: str, index: int) -> Partition:
-        """A partition this shard owns (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER)."""
+    def partition(self, name: str, index: int, online: bool = True) -> Partition:
+        """A partition this shard owns (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER).
+
+        An offline one raises KAFKA_STORAGE_ERROR unless ``online`` is False.
+        """
         topic = self._topics.get(name)
         if topic is None or not 0 <= index < topic.partition_count:
             raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
         partition = topic.open.get(index)
         if partition is not None:
-            partition.log.check_online()
+            if online:
+                partition.log.check_online()
             return partition
         if topic.owners[index] != self.node_id or index in topic.handoffs:
             raise NotLeaderOrFollowerError(
                 f"{name}-{index} is led by shard {topic.owners[index]}, not {self.node_id}"
             )
         partition = self._open_partition(topic, index)
-        partition.log.check_online()
+        if online:
+            partition.log.check_online()
         return partition
 
     def partitions(self) -> list[Partition]:

@@ -116,8 +116,13 @@ class GroupAdmin:
             self._membership.discard(group)
         try:
             await self._store.delete_group(group_id)
-        except OffsetStoreError:
-            logger.warning("Could not delete the offsets of group %s", group_id, exc_info=True)
-            return _E.COORDINATOR_NOT_AVAILABLE
+        except OffsetStoreError as exc:
+            logger.warning(
+                "Could not delete the offsets of group %s (answering %s): %s",
+                group_id,
+                exc.delete_error.name,
+                exc,
+            )
+            return exc.delete_error
         logger.info("Deleted group %s", group_id)
         return _E.NONE

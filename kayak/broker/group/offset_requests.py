@@ -146,15 +146,17 @@ class OffsetRequests:
                 metadata,
                 timestamp if timestamp >= 0 else now_ms,
             )
-        except OffsetStoreError:
+        except OffsetStoreError as exc:
+            # One line per failure: a failing disk fails every partition, tracebacks would flood.
             logger.warning(
-                "Could not store offset of group %s for %s-%d",
+                "Could not store offset of group %s for %s-%d (answering %s): %s",
                 group_id,
                 topic,
                 partition.partition_index,
-                exc_info=True,
+                exc.commit_error.name,
+                exc,
             )
-            return _E.COORDINATOR_NOT_AVAILABLE
+            return exc.commit_error
         return _E.NONE
 
     # -- OffsetFetch --------------------------------------------------------------------

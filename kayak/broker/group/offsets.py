@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from kayak.errors import KayakError
+from kayak.errors import ErrorCode, KafkaError, KayakError
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +27,55 @@ class CommittedOffset:
 class OffsetStoreError(KayakError):
     """A store could not make a commit or deletion durable.
 
-    The coordinator answers such failures with COORDINATOR_NOT_AVAILABLE (retriable), as Kafka
-    does when it cannot append to ``__consumer_offsets``; any other exception is a bug.
+    ``cause`` is the Kafka error code of what failed underneath: KAFKA_STORAGE_ERROR for a disk
+    error, MESSAGE_TOO_LARGE for a record over ``max.message.bytes``, UNKNOWN_SERVER_ERROR when
+    the store does not say. :attr:`commit_error` and :attr:`delete_error` turn it into the code
+    the client is answered with; any exception other than this one is a bug.
     """
+
+    def __init__(self, message: str, cause: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+    @classmethod
+    def wrapping(cls, what: str, exc: BaseException) -> OffsetStoreError:
+        """``what`` failed because of ``exc``; an OSError is a storage error, as in Kafka."""
+        if isinstance(exc, KafkaError):
+            cause = ErrorCode(exc.code)
+        elif isinstance(exc, OSError):
+            cause = ErrorCode.KAFKA_STORAGE_ERROR
+        else:
+            cause = ErrorCode.UNKNOWN_SERVER_ERROR
+        return cls(f"{what}: {exc}", cause)
+
+    @property
+    def commit_error(self) -> ErrorCode:
+        """The answer to OffsetCommit, TxnOffsetCommit and OffsetDelete for this failure.
+
+        Kafka's GroupMetadataManager maps append errors so: the log gone or a disk error means
+        this broker is not the coordinator any more (the client looks it up again), a record
+        too large means the commit itself is too large; anything else is retriable.
+        """
+        if self.cause in _NOT_COORDINATOR_CAUSES:
+            return ErrorCode.NOT_COORDINATOR
+        if self.cause in _TOO_LARGE_CAUSES:
+            return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    @property
+    def delete_error(self) -> ErrorCode:
+        """The answer to DeleteGroups for this failure (there is no size error to report)."""
+        if self.cause in _NOT_COORDINATOR_CAUSES:
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+_NOT_COORDINATOR_CAUSES = frozenset(
+    {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}
+)
+_TOO_LARGE_CAUSES = frozenset(
+    {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE}
+)
 
 
 @runtime_checkable

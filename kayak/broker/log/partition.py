@@ -213,6 +213,10 @@ class PartitionLog:
         if self.offline is not None:
             raise KafkaStorageError(f"{self.directory.name} is offline: {self.offline}")
 
+    def take_offline(self, why: str) -> None:
+        """Refuse every operation until a restart (a reader found the data unusable)."""
+        self._go_offline(why)
+
     def _go_offline(self, why: str) -> None:
         if self.offline is None:
             log.error("%s: partition offline until restart: %s", self.directory.name, why)
@@ -305,16 +309,26 @@ class PartitionLog:
         if sealing.size == 0:
             return sealing
         try:
+            sealing.flush()
+        except OSError as exc:
+            self._go_offline(f"fdatasync of {sealing.path.name} failed: {exc}")
+            raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
+        try:
             sealing.seal()
             segment = self._new_segment(self.log_end_offset)
         except OSError as exc:
-            self._go_offline(f"rolling {sealing.path.name} failed: {exc}")
+            # Nothing is lost (the data is synced) and the segment simply stays active; a
+            # full disk must not take the partition offline.
+            log.error("%s: cannot roll %s: %s", self.directory.name, sealing.path.name, exc)
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         self.segments.append(segment)
         self._flushed = (0, segment.base_offset)
         self._advance_visible(sealing, sealing.size, sealing.next_offset)
-        # A restart then replays producer state from the new segment on, not the whole log.
-        self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+        try:
+            # A restart then replays producer state from the new segment on, not the whole log.
+            self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+        except OSError as exc:
+            log.warning("%s: producer state snapshot not written: %s", self.directory.name, exc)
         return segment
 
     # -- durability ---------------------------------------------------------------------
@@ -361,6 +375,15 @@ class PartitionLog:
         visible = self._visible
         if offset == self.high_watermark or visible is None:
             return None
+        try:
+            return self._read(offset, max_bytes, min_one, visible)
+        except CorruptRecordError as exc:
+            log.error("%s: read at offset %d: %s", self.directory.name, offset, exc.message)
+            raise
+
+    def _read(
+        self, offset: int, max_bytes: int, min_one: bool, visible: _Visible
+    ) -> FileSlice | None:
         i = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
         for segment in self.segments[i:]:
             if segment.base_offset >= visible.offset:

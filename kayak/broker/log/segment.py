@@ -165,7 +165,6 @@ class Segment:
         return header
 
     def corrupt(self, position: int, why: str) -> CorruptRecordError:
-        log.error("%s: corrupt at position %d: %s", self.path, position, why)
         return CorruptRecordError(f"{self.path} is corrupt at position {position}: {why}")
 
     def headers(self, position: int = 0) -> Iterator[BatchHeader]:
@@ -261,23 +260,24 @@ class Segment:
         try:
             self.index.load(self.size)
             last_offset, last_position = self.index.last()
-            self.time_index.load(2**63 - 1)
             header = self.header_at(last_position)
-            if header is None and self.size:
-                return False
-            if header is not None and header.base_offset != last_offset:
-                return False
-            self.next_offset, self.max_timestamp = self.base_offset, self.time_index.max_timestamp
+            if (header is None and self.size) or (
+                header is not None and header.base_offset != last_offset
+            ):
+                raise IndexFileError(f"{self.index.path}: the last entry is not a batch")
+            self.next_offset, self.max_timestamp = self.base_offset, -1
             while header is not None:
                 self.next_offset = header.next_offset
                 self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
                 header = self.header_at(header.end)
+            self.time_index.load(self.next_offset)
+            self.max_timestamp = max(self.max_timestamp, self.time_index.max_timestamp)
         except (IndexFileError, CorruptRecordError) as exc:
             log.info("%s", exc)
             self.index.reset()
             self.time_index.reset()
             return False
-        return self.time_index.max_timestamp <= self.max_timestamp
+        return True
 
     def rebuild_index(self) -> None:
         """Rebuild both indexes from the batch headers (no CRC checks; the log is trusted)."""
