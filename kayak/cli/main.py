@@ -12,6 +12,7 @@ from kayak.cli.cdc import cdc
 from kayak.cli.consume import consume
 from kayak.cli.demo import demo
 from kayak.cli.groups import groups
+from kayak.cli.log import log
 from kayak.cli.partitions import partitions
 from kayak.cli.pipeline import pipeline
 from kayak.cli.produce import produce
@@ -36,6 +37,7 @@ cli.add_command(consume)
 cli.add_command(produce)
 cli.add_command(cdc)
 cli.add_command(pipeline)
+cli.add_command(log)
 
 
 def main() -> None:
