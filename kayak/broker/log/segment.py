@@ -231,23 +231,35 @@ class Segment:
         if first.size > max_bytes and not min_one:
             return None
         limit = min(first.position + max_bytes, end)
-        # Every batch before an indexed boundary ends at or before it, so the index lets us
-        # skip straight to the last boundary within the limit instead of reading each header;
-        # the header there is checked against the index entry before it is trusted.
-        stop = first.end
-        indexed_offset, indexed_position = self.index.entry_at_or_before(limit)
-        if indexed_position > first.position:
-            try:
-                header = self._indexed_header(indexed_offset, indexed_position)
-            except _IndexRebuilt:
-                return self.read(offset, max_bytes, min_one, end)
-            stop = indexed_position
-        else:
-            header = self.header_at(stop) if stop < limit else None
-        while header is not None and header.end <= limit:
-            stop = header.end
-            header = self.header_at(stop) if stop < limit else None
+        try:
+            stop = self._slice_end(first, limit)
+        except _IndexRebuilt:
+            return self.read(offset, max_bytes, min_one, end)
         return FileSlice(self.file, first.position, stop - first.position)
+
+    def _slice_end(self, first: BatchHeader, limit: int) -> int:
+        """Where the whole batches from ``first`` that fit before ``limit`` end.
+
+        Every batch before an indexed boundary ends at or before it, so the index lets us skip
+        straight to the last boundary within the limit instead of reading each header; the
+        header there is checked against the index entry before it is trusted. Damage after
+        the first batch ends the slice before it (as Kafka serves the good batches first); a
+        read that starts at the damage is the one that fails.
+        """
+        stop = first.end
+        try:
+            indexed_offset, indexed_position = self.index.entry_at_or_before(limit)
+            if indexed_position > first.position:
+                header = self._indexed_header(indexed_offset, indexed_position)
+                stop = indexed_position
+            else:
+                header = self.header_at(stop) if stop < limit else None
+            while header is not None and header.end <= limit:
+                stop = header.end
+                header = self.header_at(stop) if stop < limit else None
+        except CorruptRecordError:
+            pass
+        return stop
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -280,13 +292,21 @@ class Segment:
         return True
 
     def rebuild_index(self) -> None:
-        """Rebuild both indexes from the batch headers (no CRC checks; the log is trusted)."""
-        self.index.reset()
-        self.time_index.reset()
+        """Rebuild both indexes from the batch headers (no CRC checks; the log is trusted).
+
+        If the log itself is damaged the old indexes stay and CORRUPT_MESSAGE is raised.
+        """
+        kept = (self.index, self.time_index, self.next_offset, self.max_timestamp)
+        self.index = OffsetIndex(self.index.path, self.base_offset)
+        self.time_index = TimeIndex(self.time_index.path, self.base_offset)
         self._bytes_since_index = 0
         self.next_offset, self.max_timestamp = self.base_offset, -1
-        for header in self.headers():
-            self._track(header, header.position)
+        try:
+            for header in self.headers():
+                self._track(header, header.position)
+        except CorruptRecordError:
+            self.index, self.time_index, self.next_offset, self.max_timestamp = kept
+            raise
 
     def recover(self, expected_offset: int) -> SegmentScan:
         """Scan the whole segment with CRC checks and rebuild its indexes.
