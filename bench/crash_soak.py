@@ -1,6 +1,6 @@
 """Crash soak: many rounds of acks=all load, ``kill -9`` and verification on one kayak broker.
 
-Each round (see ``tests/broker/crash_harness.py``): confluent-kafka producers (idempotent and
+Each round (see ``tests/broker/crash/``): confluent-kafka producers (idempotent and
 not) and kayak's own idempotent producer write records of 24 B to ~9 kB, with bursts above
 1 MiB, to their own 4-partition topics while a consumer group commits, DeleteRecords trims a
 partition and a retention change deletes segments of a throwaway topic; after at least
@@ -37,7 +37,7 @@ from rich.console import Console  # noqa: E402
 from rich.logging import RichHandler  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from tests.broker.crash_harness import (  # noqa: E402
+from tests.broker.crash import (  # noqa: E402
     CrashHarness,
     HarnessConfig,
     LogVerify,

@@ -1,6 +1,6 @@
 """kill -9 under a realistic acks=all load loses and duplicates nothing acknowledged.
 
-Each case runs :class:`tests.broker.crash_harness.CrashHarness`: three producers (confluent-kafka
+Each case runs :class:`tests.broker.crash.CrashHarness`: three producers (confluent-kafka
 idempotent and not, kayak's own) and a committing consumer group against a real broker at the
 default 1 GiB segment size, DeleteRecords and a retention change on the side; at least 50 MiB
 per round, then SIGKILL of the broker (or of one shard), a restart on the same data directory,
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.crash_harness import CrashHarness, HarnessConfig, RoundResult, Writer
+from tests.broker.crash import CrashHarness, HarnessConfig, RoundResult, Writer
 
 MIB_PER_ROUND = 50.0
 

@@ -5,47 +5,32 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from kayak.protocol.messages import CreateTopicsRequest
 from kayak.protocol.messages.create_topics_request import CreatableTopic
+from tests.broker.confluent_support import (
+    Acked,
+    idempotent_producer,
+    read_topic_to_end,
+    record_deliveries,
+)
 from tests.broker.conftest import BrokerProcess
 from tests.broker.wire import WireClient
 
 TOPIC, PARTITIONS, ROUNDS = "durable", 3, 3
 
 
-def producer(bootstrap: str) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 90_000,
-            "retry.backoff.ms": 50,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 300,
-        }
-    )
-
-
 def produce_until(
     p: Producer,
     tag: str,
     stop: threading.Event,
-    acked: list[tuple[int, int, bytes]],
+    acked: list[Acked],
     failed: list[str],
 ) -> None:
-    def delivered(err: KafkaError | None, msg: object) -> None:
-        if err is not None:
-            failed.append(str(err))
-        else:
-            acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
-
+    delivered = record_deliveries(acked, failed)
     i = 0
     while not stop.is_set():
         try:
@@ -61,28 +46,9 @@ def produce_until(
         p.poll(0)
 
 
-def read_log(bootstrap: str) -> dict[int, dict[int, bytes]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "verify",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    log: dict[int, dict[int, bytes]] = defaultdict(dict)
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 1.0):
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                continue
-            log[msg.partition()][msg.offset()] = msg.value()
-    consumer.close()
-    return log
+def read_log(bootstrap: str) -> dict[int, dict[int, bytes | None]]:
+    read = read_topic_to_end(bootstrap, TOPIC, PARTITIONS)
+    return {partition: dict(records) for partition, records in read.records.items()}
 
 
 @pytest.mark.timeout(300)
@@ -92,10 +58,10 @@ def test_kill_9_loses_no_acknowledged_record(broker_process: BrokerProcess) -> N
     assert wire.request(create, 5).topics[0].error_code == 0  # type: ignore[attr-defined]
     wire.close()
 
-    acked: list[tuple[int, int, bytes]] = []
+    acked: list[Acked] = []
     failed: list[str] = []
     for round_number in range(ROUNDS):
-        p = producer(broker_process.bootstrap_servers)
+        p = idempotent_producer(broker_process.bootstrap_servers, linger_ms=2)
         stop = threading.Event()
         worker = threading.Thread(
             target=produce_until, args=(p, f"r{round_number}", stop, acked, failed)

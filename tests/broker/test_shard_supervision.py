@@ -15,9 +15,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.broker.confluent_support import (
+    Acked,
+    idempotent_producer,
+    read_topic_to_end,
+    record_deliveries,
+)
 from tests.broker.conftest import BrokerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -107,26 +112,9 @@ def occupy(port: int, timeout: float) -> socket.socket:
             time.sleep(0.005)
 
 
-def produce_all(bootstrap: str, acked: list[tuple[int, int, bytes]], failed: list[str]) -> None:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "message.timeout.ms": 90_000,
-            "retry.backoff.ms": 50,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 300,
-        }
-    )
-
-    def delivered(err: KafkaError | None, msg: object) -> None:
-        if err is not None:
-            failed.append(str(err))
-        else:
-            acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
-
+def produce_all(bootstrap: str, acked: list[Acked], failed: list[str]) -> None:
+    producer = idempotent_producer(bootstrap, linger_ms=5)
+    delivered = record_deliveries(acked, failed)
     for i in range(RECORDS):
         value = b"%08d-" % i + bytes([65 + i % 26]) * (VALUE_SIZE - 9)
         while True:
@@ -142,30 +130,11 @@ def produce_all(bootstrap: str, acked: list[tuple[int, int, bytes]], failed: lis
         failed.append(f"{remaining} records undelivered")
 
 
-def read_back(bootstrap: str) -> dict[int, list[tuple[int, bytes]]]:
+def read_back(bootstrap: str) -> dict[int, list[tuple[int, bytes | None]]]:
     """Every record of every partition, as (offset, value) in log order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "verify",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    log: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 1.0):
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                continue
-            log[msg.partition()].append((msg.offset(), msg.value()))
-    consumer.close()
-    assert len(at_end) == PARTITIONS, "did not reach the end of every partition"
-    return log
+    read = read_topic_to_end(bootstrap, TOPIC, PARTITIONS)
+    assert len(read.at_end) == PARTITIONS, "did not reach the end of every partition"
+    return read.records
 
 
 def test_killed_shard_is_restarted_and_loses_no_acknowledged_record(
@@ -181,7 +150,7 @@ def test_killed_shard_is_restarted_and_loses_no_acknowledged_record(
     on_victim = {p.id for p in leaders.values() if p.leader == 1}
     assert 0 < len(on_victim) < PARTITIONS, "the topic is not spread over both shards"
 
-    acked: list[tuple[int, int, bytes]] = []
+    acked: list[Acked] = []
     failed: list[str] = []
     worker = threading.Thread(target=produce_all, args=(f"{HOST}:{ports[0]}", acked, failed))
     worker.start()

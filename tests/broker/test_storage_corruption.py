@@ -39,7 +39,7 @@ from kayak.protocol.records import (
 )
 from tests.broker.conftest import BrokerProcess
 from tests.broker.interop_helpers import create_topic
-from tests.broker.test_storage_faults import (
+from tests.broker.storage_faults_support import (
     STORAGE_ERROR,
     fetch,
     one_batch,
