@@ -114,3 +114,32 @@ def test_always_never_acks_before_its_own_fsync_finished(
     acked, syncs = asyncio.run(main())
     assert syncs == 2, "always must pay one fsync per request"
     assert min(acked.values()) >= 0.19, f"acknowledged before any fsync finished: {acked}"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", [FlushMode.GROUP, FlushMode.ALWAYS])
+def test_data_nobody_waits_for_still_becomes_durable_and_readable(
+    tmp_path: Path, mode: FlushMode
+) -> None:
+    """acks=0 appends, and appends whose waiter went away, must not stay invisible."""
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), visible_after_flush=True)
+
+    async def main() -> None:
+        commit = GroupCommit(mode)
+        plog.append(build_record_batch([b"fire-and-forget"]))
+        commit.schedule(plog)
+        plog.append(build_record_batch([b"abandoned"]))
+        waiter = asyncio.ensure_future(_await(commit.sync(plog)))
+        waiter.cancel()  # the connection closed before the ack
+        for _ in range(200):
+            if plog.high_watermark == 2:
+                break
+            await asyncio.sleep(0.01)
+        commit.close()
+
+    asyncio.run(main())
+    assert plog.high_watermark == plog.durable_offset == 2
+
+
+async def _await(awaitable: object) -> None:
+    await awaitable  # type: ignore[misc]

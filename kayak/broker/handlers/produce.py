@@ -38,10 +38,12 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if partition is not None:
                 waiting.append((result, partition))
         response.responses.append(results)
-    if request.acks == 0:
-        return None
     partitions = list(dict.fromkeys(p for _, p in waiting))
     commit = ctx.broker.commit
+    if request.acks == 0:
+        for partition in partitions:  # nobody waits, but readers see it only once durable
+            commit.schedule(partition.log)
+        return None
     synced = await asyncio.gather(*(commit.sync(p.log) for p in partitions), return_exceptions=True)
     failed = {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
     for result, partition in waiting:

@@ -4,7 +4,8 @@ Kafka acknowledges ``acks=all`` before anything reaches the disk; with fsync-bef
 throughput collapses as writers spread over more connections, because each request pays for
 its own fsync. Here an append that arrives while a sync is running joins the *next* sync, so
 one ``fdatasync`` per dirty file covers every append that queued behind it, across all
-connections and partitions, and the event loop never blocks on the disk.
+connections and partitions, and the event loop never blocks on the disk. A waiter is released
+when its partition's durable offset reaches what it appended.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ class FlushMode(enum.Enum):
 class GroupCommit:
     """Turns ``await sync(log)`` into as few fdatasync calls as correctness allows.
 
-    A sync that fails takes its partition offline (see :class:`PartitionLog`), and every
-    request waiting on that partition gets KAFKA_STORAGE_ERROR, never an acknowledgement.
+    Rounds run one after another while any log is dirty; each makes every dirty log durable
+    up to where it was when the round began, and so moves those logs' high watermarks. A sync
+    that fails takes its partition offline (see :class:`PartitionLog`), and every request
+    waiting on that partition gets KAFKA_STORAGE_ERROR, never an acknowledgement.
     """
 
     def __init__(self, mode: FlushMode = FlushMode.GROUP) -> None:
@@ -45,49 +48,64 @@ class GroupCommit:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kayak-fsync")
         self._dirty: set[PartitionLog] = set()
         self._running: asyncio.Future[None] | None = None
-        self._next: asyncio.Future[None] | None = None
+        self._round_ended: asyncio.Future[None] | None = None
         self.syncs = 0  # fdatasync rounds run, for tests and metrics
 
-    async def sync(self, plog: PartitionLog) -> None:
-        """Return once everything appended to ``plog`` before this call is durable.
+    def sync(self, plog: PartitionLog) -> asyncio.Future[None]:
+        """Start making everything appended to ``plog`` so far durable; await the result.
 
-        Raises KAFKA_STORAGE_ERROR if the partition is (or goes) offline.
+        The work starts in this call, not when the result is awaited, so a waiter that goes
+        away (a closed connection) does not leave appended data unsynced and unreadable.
+        The awaitable raises KAFKA_STORAGE_ERROR if the partition is (or goes) offline.
         """
         if self.mode is FlushMode.NEVER:
-            plog.check_online()
-            return
+            return asyncio.ensure_future(_checked(plog))
         if self.mode is FlushMode.ALWAYS:
             # Its own fsync, even if another request's round already covers this data: that
             # fsync may not have finished yet.
-            await self._run([plog], force=True)
-        else:
-            await self._join_round(plog)
-        plog.check_online()
+            flush = asyncio.ensure_future(self._run([plog], force=True))
+            return asyncio.ensure_future(self._wait_for(plog, flush))
+        target = plog.log_end_offset
+        self.schedule(plog)
+        return asyncio.ensure_future(self._wait_until_durable(plog, target))
 
-    async def _join_round(self, plog: PartitionLog) -> None:
+    def schedule(self, plog: PartitionLog) -> None:
+        """Make ``plog`` durable in the next round, with nobody waiting (acks=0)."""
+        if self.mode is FlushMode.NEVER:
+            return
         self._dirty.add(plog)
         if self._running is None:
-            self._running = self._start_round()
-            await asyncio.shield(self._running)
-            return
-        # A round is already on disk-time; what we appended may have missed it.
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._next)
+            self._start_round()
 
-    def _start_round(self) -> asyncio.Future[None]:
+    async def _wait_for(self, plog: PartitionLog, flush: asyncio.Future[None]) -> None:
+        await asyncio.shield(flush)
+        plog.check_online()
+
+    async def _wait_until_durable(self, plog: PartitionLog, target: int) -> None:
+        while plog.durable_offset < target and plog.offline is None:
+            if self._running is None:  # defensive: a round must be coming for us
+                self.schedule(plog)
+            if self._round_ended is None:
+                self._round_ended = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._round_ended)
+        plog.check_online()
+
+    def _start_round(self) -> None:
         logs, self._dirty = list(self._dirty), set()
-        task = asyncio.ensure_future(self._run(logs))
-        task.add_done_callback(self._round_done)
-        return task
+        self._running = asyncio.ensure_future(self._run(logs))
+        self._running.add_done_callback(self._round_done)
 
     def _round_done(self, finished: asyncio.Future[None]) -> None:
-        waiting, self._next = self._next, None
-        if waiting is None:
-            self._running = None
-            return
-        self._running = self._start_round()
-        self._running.add_done_callback(lambda done: _settle(waiting, done))
+        self._running = None
+        ended, self._round_ended = self._round_ended, None
+        if ended is not None and not ended.done():
+            exc = None if finished.cancelled() else finished.exception()
+            if exc is not None:
+                ended.set_exception(exc)
+            else:
+                ended.set_result(None)
+        if self._dirty:
+            self._start_round()
 
     async def _run(self, logs: list[PartitionLog], force: bool = False) -> None:
         points = [p for p in (_flush_point(plog, force) for plog in logs) if p is not None]
@@ -106,6 +124,10 @@ class GroupCommit:
         self._executor.shutdown(wait=True)
 
 
+async def _checked(plog: PartitionLog) -> None:
+    plog.check_online()
+
+
 def _flush_point(plog: PartitionLog, force: bool) -> FlushPoint | None:
     return None if plog.offline is not None else plog.flush_point(force)
 
@@ -121,13 +143,3 @@ def _fdatasync_all(points: list[FlushPoint]) -> list[OSError | None]:
         else:
             errors.append(None)
     return errors
-
-
-def _settle(waiter: asyncio.Future[None], done: asyncio.Future[None]) -> None:
-    if waiter.done():
-        return
-    exc = done.exception()
-    if exc is not None:
-        waiter.set_exception(exc)
-    else:
-        waiter.set_result(None)

@@ -205,6 +205,11 @@ class PartitionLog:
         return self._visible.offset if self._visible is not None else self.log_end_offset
 
     @property
+    def durable_offset(self) -> int:
+        """Everything below this offset is known to be on disk."""
+        return self._flushed[1]
+
+    @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
