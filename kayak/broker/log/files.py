@@ -9,16 +9,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` so that a crash leaves either the old or the new content, never half."""
+def write_atomically(path: Path, text: str, durable: bool = True) -> None:
+    """Replace ``path`` so that a crash leaves either the old or the new content, never half.
+
+    ``durable=False`` skips the fsyncs, for files the broker can rebuild if a power loss
+    takes the new content back (a producer-state snapshot).
+    """
     # The temp name is per process: shards sharing a data directory may write the same file.
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:

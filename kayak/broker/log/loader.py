@@ -89,6 +89,5 @@ def _rebuild(segment: Segment, sealed: bool) -> str | None:
             f"{scan.problem}"
         )
     if sealed:
-        segment.index.save()
-        segment.time_index.save()
+        segment.save_indexes()
     return None

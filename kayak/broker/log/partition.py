@@ -319,8 +319,8 @@ class PartitionLog:
             self._go_offline(f"fdatasync of {sealing.path.name} failed: {exc}")
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         try:
-            sealing.seal()
-            segment = self._new_segment(self.log_end_offset)
+            sealing.save_indexes()
+            segment = self._new_segment(self.log_end_offset)  # its dir fsync covers both
         except OSError as exc:
             # Nothing is lost (the data is synced) and the segment simply stays active; a
             # full disk must not take the partition offline.
@@ -331,7 +331,7 @@ class PartitionLog:
         self._advance_visible(sealing, sealing.size, sealing.next_offset)
         try:
             # A restart then replays producer state from the new segment on, not the whole log.
-            self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+            self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT, durable=False)
         except OSError as exc:
             log.warning("%s: producer state snapshot not written: %s", self.directory.name, exc)
         return segment

@@ -276,8 +276,11 @@ class ProducerStateTable:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    def snapshot(self, path: Path) -> None:
+    def snapshot(self, path: Path, durable: bool = True) -> None:
         """Write the whole table to ``path`` atomically (temp file, fsync, rename).
+
+        ``durable=False`` skips the fsyncs: a snapshot a power loss takes back is rebuilt
+        from the log, so only the one written at a clean shutdown needs them.
 
         All retained batches are kept (Kafka keeps only the last one per producer), so a
         retry of any of the last five is still recognised after a restart.
@@ -295,7 +298,7 @@ class ProducerStateTable:
                 for pid, entry in sorted(self._producers.items())
             ],
         }
-        write_atomically(path, json.dumps(document, separators=(",", ":")) + "\n")
+        write_atomically(path, json.dumps(document, separators=(",", ":")) + "\n", durable)
         self.snapshot_offset = self.next_offset
 
     @classmethod

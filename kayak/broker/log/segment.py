@@ -139,7 +139,11 @@ class Segment:
 
         The caller fsyncs the directory (the index renames) once for all it sealed.
         """
-        os.fdatasync(self.fd)
+        self.flush()
+        self.save_indexes()
+
+    def save_indexes(self) -> None:
+        """Write both indexes whole and durably (the directory fsync is the caller's)."""
         self.index.save()
         self.time_index.save()
 
