@@ -132,7 +132,7 @@ class PartitionLog:
         loaded = load_segments(directory, config.index_interval_bytes, clean_shutdown)
         plog.segments = loaded.segments
         if loaded.problem is not None:
-            plog._go_offline(loaded.problem)
+            plog.take_offline(loaded.problem)
             return plog
         if not plog.segments:
             plog.segments.append(plog._new_segment(0))
@@ -141,7 +141,7 @@ class PartitionLog:
         try:
             plog._restore_producer_state()
         except CorruptRecordError as exc:
-            plog._go_offline(str(exc))
+            plog.take_offline(str(exc))
             return plog
         plog._show_everything_on_disk()
         return plog
@@ -219,10 +219,7 @@ class PartitionLog:
             raise KafkaStorageError(f"{self.directory.name} is offline: {self.offline}")
 
     def take_offline(self, why: str) -> None:
-        """Refuse every operation until a restart (a reader found the data unusable)."""
-        self._go_offline(why)
-
-    def _go_offline(self, why: str) -> None:
+        """Refuse every operation until a restart, saying ``why`` in one log line."""
         if self.offline is None:
             log.error("%s: partition offline until restart: %s", self.directory.name, why)
             self.offline = why
@@ -285,7 +282,7 @@ class PartitionLog:
         try:
             self.active.append(memoryview(buf), headers)
         except SegmentDamagedError as exc:
-            self._go_offline(str(exc))
+            self.take_offline(str(exc))
             raise KafkaStorageError(str(exc)) from exc
         except OSError as exc:
             log.error("%s: append of %d bytes failed and was cut back: %s",
@@ -316,7 +313,7 @@ class PartitionLog:
         try:
             sealing.flush()
         except OSError as exc:
-            self._go_offline(f"fdatasync of {sealing.path.name} failed: {exc}")
+            self.take_offline(f"fdatasync of {sealing.path.name} failed: {exc}")
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         try:
             sealing.save_indexes()
@@ -357,7 +354,7 @@ class PartitionLog:
 
     def flush_failed(self, point: FlushPoint, error: OSError) -> None:
         """An fdatasync failed: the page cache may have dropped the data, so stop trusting it."""
-        self._go_offline(f"fdatasync of {point.segment.path.name} failed: {error}")
+        self.take_offline(f"fdatasync of {point.segment.path.name} failed: {error}")
 
     def flush(self) -> None:
         """fdatasync everything appended so far (blocking: tools and tests)."""

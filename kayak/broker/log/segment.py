@@ -160,15 +160,15 @@ class Segment:
             return None
         raw = os.pread(self.fd, _HEADER_READ, position)
         if len(raw) < BATCH_HEADER_SIZE or raw[MAGIC_POS] != MAGIC_V2:
-            raise self.corrupt(position, "no record batch header here")
+            raise self._corrupt(position, "no record batch header here")
         header = BatchHeader(position, *BATCH_HEADER.unpack_from(raw, 0))
         if header.size < _MIN_BATCH_SIZE or position + header.size > self.size:
-            raise self.corrupt(position, f"batch length {header.batch_length} does not fit")
+            raise self._corrupt(position, f"batch length {header.batch_length} does not fit")
         if header.last_offset_delta < 0 or header.base_offset < self.base_offset:
-            raise self.corrupt(position, f"batch offsets {header.base_offset}+ are impossible")
+            raise self._corrupt(position, f"batch offsets {header.base_offset}+ are impossible")
         return header
 
-    def corrupt(self, position: int, why: str) -> CorruptRecordError:
+    def _corrupt(self, position: int, why: str) -> CorruptRecordError:
         return CorruptRecordError(f"{self.path} is corrupt at position {position}: {why}")
 
     def headers(self, position: int = 0) -> Iterator[BatchHeader]:
