@@ -9,6 +9,7 @@
     │   └── FrameTooLargeError
     ├── ConfigError                 bad client/broker configuration (also a ValueError)
     ├── KafkaTimeoutError           a client-side deadline passed (retriable)
+    ├── SslAuthenticationError      the TLS handshake with a broker failed (not retriable)
     ├── SchemaRegistryError         a schema registry refused a request or cannot be reached
     ├── SerializationError          bytes that are not a value of their schema, or vice versa
     └── KafkaError                  an error that has a Kafka error code
@@ -75,6 +76,18 @@ class KafkaTimeoutError(KayakError):
     """
 
     retriable: ClassVar[bool] = True
+    invalid_metadata: ClassVar[bool] = False
+
+
+class SslAuthenticationError(KayakError):
+    """The TLS handshake with a broker failed: its certificate is not trusted or not for
+    the host name connected to, ours was refused, or the broker does not speak TLS there.
+
+    Like Java's ``SslAuthenticationException`` this is not retriable: connecting again gives
+    the same answer. The message names the broker and the reason.
+    """
+
+    retriable: ClassVar[bool] = False
     invalid_metadata: ClassVar[bool] = False
 
 

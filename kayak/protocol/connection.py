@@ -134,6 +134,11 @@ class ServerConnection:
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._frames = FrameDecoder(max_frame_size)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of a request received but not yet complete (a request under way)."""
+        return self._frames.buffered
+
     def receive_data(self, data: Buffer) -> None:
         """Feed bytes read from the transport."""
         self._frames.feed(data)

@@ -47,3 +47,6 @@ def encode_batch(
     crc32c: Callable[[memoryview], int],
     /,
 ) -> bytes | None: ...
+def validate_records(
+    data: bytes | bytearray | memoryview, start: int, stop: int, count: int, /
+) -> tuple[int, int, bool] | None: ...

@@ -83,6 +83,13 @@ class RecordCodec(Protocol):
     ) -> bytes | None:
         """A whole uncompressed v2 batch, or None: encode in Python."""
 
+    def validate_records(
+        self, data: bytes | bytearray | memoryview, start: int, stop: int, count: int, /
+    ) -> tuple[int, int, bool] | None:
+        """Walk a produced records section without building records: (earliest timestamp
+        delta, latest timestamp delta, any null key), or None: decode in Python for the
+        precise error."""
+
 
 def _load() -> RecordCodec | None:
     if os.environ.get("KAYAK_PURE_PYTHON", "").strip() not in ("", "0"):
