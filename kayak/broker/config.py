@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kayak.broker.log import FlushMode, LogConfig
+from kayak.broker.security.listeners import Listener, SecurityProtocol
 from kayak.errors import ConfigError
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,37 @@ class BrokerConfig:
     schema_registry_port: int | None = None
     schema_registry_host: str | None = None  # default: ``host``
 
+    # -- security ---------------------------------------------------------------------------
+    # listeners; empty: one PLAINTEXT listener on host:port
+    listeners: tuple[Listener, ...] = ()
+    # advertised.listeners; a listener not named here is advertised as it listens
+    advertised_listeners: tuple[Listener, ...] = ()
+    ssl_certificate_location: Path | None = None  # PEM certificate chain (TLS listeners)
+    ssl_key_location: Path | None = None  # PEM private key
+    ssl_key_password: str | None = None
+    # PEM CA bundle; when set, TLS listeners require a client certificate signed by it
+    # (ssl.client.auth=required) and its subject becomes the principal
+    ssl_ca_location: Path | None = None
+    sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    # Accept unsigned OAUTHBEARER tokens (Kafka's unsecured validator): development only.
+    sasl_oauthbearer_unsecured: bool = False
+    connections_max_reauth_ms: int = 0  # connections.max.reauth.ms; 0: no re-authentication
+    # connection.failed.authentication.delay.ms: a failed login is answered after this delay
+    connection_failed_authentication_delay_ms: int = 100
+    super_users: tuple[str, ...] = ()  # super.users, as principals: ("User:admin",)
+    # allow.everyone.if.no.acl.found; None: true only when every listener is PLAINTEXT
+    allow_everyone_if_no_acl_found: bool | None = None
+    connections_max_idle_ms: int = 600_000  # connections.max.idle.ms
+    max_connections_per_ip: int = 2**31 - 1  # max.connections.per.ip
+    # A request whose first byte arrived must be complete within this (kayak extension).
+    request_receive_timeout_ms: int = 30_000
+    # Schema registry: HTTP basic authentication against the broker's SASL users; None: on
+    # when the broker has any TLS or SASL listener. Writers may register and delete;
+    # every authenticated user may read. Super users are writers.
+    schema_registry_auth: bool | None = None
+    schema_registry_writers: tuple[str, ...] = ()
+    schema_registry_tls: bool = False  # serve HTTPS with the broker's certificate
+
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", f"{self.port} is not a TCP port")
@@ -46,4 +80,71 @@ class BrokerConfig:
             raise ConfigError("socket.request.max.bytes", "must be at least 1024")
         if self.max_connections < 1:
             raise ConfigError("max.connections", "must be at least 1")
+        for mechanism in self.sasl_enabled_mechanisms:
+            if mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    "sasl.enabled.mechanisms",
+                    f"{mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}",
+                )
+        if self.tls_needed and (
+            self.ssl_certificate_location is None or self.ssl_key_location is None
+        ):
+            raise ConfigError(
+                "ssl.certificate.location",
+                "a TLS listener (SSL, SASL_SSL or an HTTPS schema registry) needs "
+                "--ssl-certificate-location and --ssl-key-location",
+            )
+        self._validate_advertised_listeners()
+        if self.connections_max_idle_ms < 1:
+            raise ConfigError("connections.max.idle.ms", "must be at least 1")
+        if self.max_connections_per_ip < 1:
+            raise ConfigError("max.connections.per.ip", "must be at least 1")
+        if self.request_receive_timeout_ms < 1:
+            raise ConfigError("request.receive.timeout.ms", "must be at least 1")
         self.log.validate()
+
+    def _validate_advertised_listeners(self) -> None:
+        protocols = {listener.protocol for listener in self.effective_listeners}
+        for advertised in self.advertised_listeners:
+            if advertised.protocol not in protocols:
+                raise ConfigError(
+                    "advertised.listeners",
+                    f"{advertised}: there is no {advertised.name} listener in listeners",
+                )
+            if advertised.host in ("0.0.0.0", "::"):
+                raise ConfigError(
+                    "advertised.listeners",
+                    f"{advertised}: advertise an address clients can reach, not {advertised.host}",
+                )
+
+    @property
+    def effective_listeners(self) -> tuple[Listener, ...]:
+        """The listeners to open: ``listeners``, or PLAINTEXT on host:port."""
+        return self.listeners or (Listener(SecurityProtocol.PLAINTEXT, self.host, self.port),)
+
+    @property
+    def tls_needed(self) -> bool:
+        return self.schema_registry_tls or any(
+            listener.protocol.uses_tls for listener in self.effective_listeners
+        )
+
+    @property
+    def secured(self) -> bool:
+        """Whether any listener uses TLS or SASL (then nothing is open by default)."""
+        return any(
+            listener.protocol is not SecurityProtocol.PLAINTEXT
+            for listener in self.effective_listeners
+        )
+
+    @property
+    def allow_everyone_without_acls(self) -> bool:
+        """allow.everyone.if.no.acl.found as set, or by default: open only when unsecured."""
+        if self.allow_everyone_if_no_acl_found is not None:
+            return self.allow_everyone_if_no_acl_found
+        return not self.secured
+
+    @property
+    def registry_auth_required(self) -> bool:
+        if self.schema_registry_auth is not None:
+            return self.schema_registry_auth
+        return self.secured

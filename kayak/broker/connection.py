@@ -5,9 +5,15 @@ the log in the order a producer pipelined them), but responses leave in request 
 the protocol requires. That lets a producer keep several acks=all requests in flight on one
 connection and have them all ride the same group-commit fsync.
 
-Fetch responses carry file slices instead of record bytes; those go out with ``os.sendfile``
-on a duplicate of the socket's descriptor once the transport's own buffer has drained, so
-record data never passes through Python.
+Fetch responses carry file slices instead of record bytes; on a plaintext listener those go
+out with ``os.sendfile`` on a duplicate of the socket's descriptor once the transport's own
+buffer has drained, so record data never passes through Python. On a TLS listener the bytes
+must be encrypted first, so slices are read and written through the TLS transport.
+
+Each connection carries a :class:`ConnectionSession` (listener, principal, SASL state) that
+decides which requests may run. Deadlines (``connections.max.idle.ms`` and the time a started
+request has to arrive completely) are checked by :class:`ConnectionTracker`'s periodic sweep
+over timestamps the connection keeps, so the request path pays for no timers.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+import time
+from collections import Counter
 from typing import Any, cast
 
 from kayak.broker.context import BrokerContext, RequestContext
 from kayak.broker.handlers import HANDLERS, error_response, unsupported_version_response
 from kayak.broker.log import FileSlice
+from kayak.broker.security.listeners import Listener
+from kayak.broker.security.session import ConnectionSession
+from kayak.broker.security.tls import principal_from_peercert
 from kayak.broker.versions import is_supported
 from kayak.errors import KafkaError, ProtocolError
 from kayak.protocol import RequestReceived, ServerConnection, UnsupportedRequest
@@ -36,17 +46,85 @@ _MAX_BUFFERED_RESPONSES = 16 * 1024 * 1024
 
 Pending = tuple[int, int, int, "asyncio.Task[Message | None]"]
 
+# Requests an expired SASL session may still send: re-authentication (KIP-368).
+_REAUTHENTICATION_APIS = frozenset({17, 36})
+
+
+class ConnectionTracker:
+    """The broker's open connections: max.connections, max.connections.per.ip and the
+    periodic deadline sweep (idle connections, requests that never finish arriving)."""
+
+    def __init__(self, broker: BrokerContext) -> None:
+        config = broker.config
+        self.max_connections = config.max_connections
+        self.max_per_ip = config.max_connections_per_ip
+        self.idle_s = config.connections_max_idle_ms / 1000
+        self.receive_s = config.request_receive_timeout_ms / 1000
+        self.connections: set[BrokerConnection] = set()
+        self._per_ip: Counter[str] = Counter()
+
+    @property
+    def sweep_interval(self) -> float:
+        """Seconds between sweeps: about a second, finer when a deadline is shorter."""
+        return max(min(1.0, self.idle_s / 4, self.receive_s / 4), 0.01)
+
+    def admit(self, connection: BrokerConnection, client_host: str) -> bool:
+        """Count a connection that just opened; False (log line) if over a limit."""
+        if len(self.connections) >= self.max_connections:
+            log.warning(
+                "refusing a connection from %s: max.connections=%d",
+                client_host,
+                self.max_connections,
+            )
+            return False
+        if self._per_ip[client_host] >= self.max_per_ip:
+            log.warning(
+                "refusing a connection from %s: it has %d open (max.connections.per.ip=%d)",
+                client_host,
+                self._per_ip[client_host],
+                self.max_per_ip,
+            )
+            return False
+        self.connections.add(connection)
+        self._per_ip[client_host] += 1
+        return True
+
+    def remove(self, connection: BrokerConnection, client_host: str) -> None:
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self._per_ip[client_host] -= 1
+            if self._per_ip[client_host] <= 0:
+                del self._per_ip[client_host]
+
+    def sweep(self, now: float | None = None) -> None:
+        """Close connections past a deadline (one log line each)."""
+        now = time.monotonic() if now is None else now
+        for connection in list(self.connections):
+            connection.check_deadlines(now, self.idle_s, self.receive_s)
+
+    def close_all(self) -> None:
+        for connection in list(self.connections):
+            connection.close()
+
 
 class BrokerConnection(asyncio.Protocol):
     """The broker's side of one TCP connection."""
 
-    def __init__(self, broker: BrokerContext, on_close: Callable[[BrokerConnection], None]) -> None:
+    def __init__(
+        self, broker: BrokerContext, listener: Listener, tracker: ConnectionTracker
+    ) -> None:
         self.broker = broker
-        self._on_close = on_close
+        self.listener = listener
+        self._tracker = tracker
         self._protocol = ServerConnection(broker.config.socket_request_max_bytes)
         self._transport: asyncio.Transport | None = None
         self._client_host = "?"
+        self.session = ConnectionSession(listener, "?")
         self._send_fd = -1
+        # Deadline bookkeeping, read by the tracker's sweep (time.monotonic() seconds).
+        self._last_activity = time.monotonic()
+        self._receiving_since = 0.0  # when a partly received request began; 0: none
+        self._in_flight = 0  # requests received and not yet answered
         self._pending: asyncio.Queue[Pending | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
@@ -54,26 +132,31 @@ class BrokerConnection(asyncio.Protocol):
         self._closed = False
         self._refused = False
 
-    def refuse(self) -> None:
-        """Close as soon as the transport exists (the broker is at max.connections)."""
-        self._refused = True
-
     # -- transport callbacks ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports quack like asyncio.Transport without subclassing it.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
-        if self._refused:
+        peer = transport.get_extra_info("peername")
+        self._client_host = str(peer[0]) if peer else "?"
+        if not self._tracker.admit(self, self._client_host):
+            self._refused = True
             self._closed = True
             transport.close()
             return
+        self.session = ConnectionSession(self.listener, self._client_host)
+        self._last_activity = time.monotonic()
         sock = transport.get_extra_info("socket")
-        peer = transport.get_extra_info("peername")
-        self._client_host = str(peer[0]) if peer else "?"
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.listener.protocol.uses_tls:
+            # sendfile would bypass the encryption: TLS connections write slices' bytes.
+            principal = principal_from_peercert(transport.get_extra_info("peercert"))
+            if principal is not None:
+                self.session.principal = principal
+        elif sock is not None:
             # A descriptor of our own for sendfile and its writability waits; the transport
             # keeps its registration on the original one.
             self._send_fd = os.dup(sock.fileno())
@@ -83,7 +166,9 @@ class BrokerConnection(asyncio.Protocol):
         self._writer = asyncio.get_running_loop().create_task(self._write_responses())
 
     def data_received(self, data: bytes) -> None:
+        self._last_activity = now = time.monotonic()
         self._protocol.receive_data(data)
+        completed = False
         while not self._closed:
             try:
                 event = self._protocol.next_event()
@@ -92,8 +177,13 @@ class BrokerConnection(asyncio.Protocol):
                 self.close()
                 return
             if event is None:
-                return
+                break
+            completed = True
             self._dispatch(event)
+        if not self._protocol.buffered:
+            self._receiving_since = 0.0
+        elif completed or not self._receiving_since:
+            self._receiving_since = now  # the bytes left over begin the next request
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -115,7 +205,7 @@ class BrokerConnection(asyncio.Protocol):
         if self._send_fd >= 0:
             os.close(self._send_fd)
             self._send_fd = -1
-        self._on_close(self)
+        self._tracker.remove(self, self._client_host)
 
     def close(self) -> None:
         """Close the connection; requests in flight are abandoned."""
@@ -123,22 +213,71 @@ class BrokerConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def check_deadlines(self, now: float, idle_s: float, receive_s: float) -> None:
+        """Close if a started request is overdue, or if idle for ``idle_s`` (the sweep)."""
+        if self._closed:
+            return
+        if self._receiving_since and now - self._receiving_since > receive_s:
+            log.warning(
+                "closing connection from %s: a request started %.1fs ago is still incomplete "
+                "(request.receive.timeout.ms=%d)",
+                self._client_host,
+                now - self._receiving_since,
+                round(receive_s * 1000),
+            )
+            self.close()
+        elif not self._in_flight and now - self._last_activity > idle_s:
+            log.info(
+                "closing connection from %s: idle for %.1fs (connections.max.idle.ms=%d)",
+                self._client_host,
+                now - self._last_activity,
+                round(idle_s * 1000),
+            )
+            self.close()
+
     # -- requests -----------------------------------------------------------------------
 
     def _dispatch(self, event: RequestReceived | UnsupportedRequest) -> None:
         loop = asyncio.get_running_loop()
-        if isinstance(event, UnsupportedRequest):
-            coro: Any = self._unsupported(event.api_key, event.api_version)
-            key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
+        key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
+        if not self._session_allows(key):
+            return
+        coro: Any
+        if isinstance(event, RequestReceived) and is_supported(key, version) and key in HANDLERS:
+            self.broker.catalog.follow()
+            ctx = RequestContext(self.broker, event.header, self._client_host, self.session)
+            coro = self._handle(ctx, event.request)
         else:
-            key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
-            if is_supported(key, version) and key in HANDLERS:
-                self.broker.catalog.follow()
-                ctx = RequestContext(self.broker, event.header, self._client_host)
-                coro = self._handle(ctx, event.request)
-            else:
-                coro = self._unsupported(key, version)
+            coro = self._unsupported(key, version)
+        self._in_flight += 1
         self._pending.put_nowait((correlation_id, key, version, loop.create_task(coro)))
+
+    def _session_allows(self, api_key: int) -> bool:
+        """Whether the session lets ``api_key`` run now; if not, the connection is closed
+        without an answer, as Kafka closes unauthenticated or expired sessions."""
+        session = self.session
+        if not session.admits(api_key):
+            log.warning(
+                "closing connection from %s on %s: API %d before SASL authentication",
+                self._client_host,
+                session.listener.name,
+                api_key,
+            )
+        elif (
+            session.expires_at is not None
+            and api_key not in _REAUTHENTICATION_APIS
+            and session.expired()
+        ):
+            log.info(
+                "closing connection from %s (%s): its SASL session expired without "
+                "re-authentication (connections.max.reauth.ms)",
+                self._client_host,
+                session.principal,
+            )
+        else:
+            return True
+        self.close()
+        return False
 
     async def _handle(self, ctx: RequestContext, request: Message) -> Message | None:
         try:
@@ -169,13 +308,20 @@ class BrokerConnection(asyncio.Protocol):
         try:
             while (item := await self._pending.get()) is not None:
                 correlation_id, api_key, version, task = item
-                response = await task
-                if response is None or self._closed:
-                    continue  # acks=0 produce: the protocol says no response
-                if api_key == 18 and not is_supported(api_key, version):
-                    version = 0  # an UNSUPPORTED_VERSION ApiVersions answer is always v0
-                out = self._protocol.send_response(correlation_id, api_key, version, response)
-                await self._send(out)
+                try:
+                    response = await task
+                    if response is None or self._closed:
+                        continue  # acks=0 produce: the protocol says no response
+                    if api_key == 18 and not is_supported(api_key, version):
+                        version = 0  # an UNSUPPORTED_VERSION ApiVersions answer is always v0
+                    out = self._protocol.send_response(correlation_id, api_key, version, response)
+                    await self._send(out)
+                finally:
+                    self._in_flight -= 1
+                    self._last_activity = time.monotonic()
+                if self.session.close_after_response:
+                    self.close()  # the transport still flushes what was written
+                    break
         except (ConnectionError, OSError) as exc:
             log.info("connection from %s lost while writing: %s", self._client_host, exc)
             self.close()
@@ -244,3 +390,4 @@ class BrokerConnection(asyncio.Protocol):
 def _resolve(ready: asyncio.Future[None]) -> None:
     if not ready.done():
         ready.set_result(None)
+

@@ -37,23 +37,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.group.offsets import CommittedOffset, OffsetStoreError
 from kayak.broker.log import GroupCommit, PartitionLog
-from kayak.errors import ErrorCode, KafkaError, TopicExistsError
+from kayak.broker.log.replay import replay_records
+from kayak.errors import ErrorCode, KafkaError, KayakError, TopicExistsError
 from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey
 from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue
 from kayak.protocol.primitives import INT16
-from kayak.protocol.records import build_record_batch, parse_batches
-from kayak.protocol.records.record import BATCH_HEADER_SIZE
+from kayak.protocol.records import build_record_batch
+from kayak.protocol.records.record import BATCH_HEADER_SIZE, Record
 
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
 KEY_VERSION, VALUE_VERSION = 1, 3
+GROUP_METADATA_KEY_VERSION = 2
+# What decoding a key or value that is not an offset commit of ours can raise: anything can be
+# in the topic (written by an older kayak, another tool, or a client before produces to it
+# were refused), and one such record must not stop the broker from starting.
+_UNDECODABLE = (KayakError, struct.error, ValueError, IndexError, OverflowError)
 # Rewrite the live entries once the topic is this much larger than them (and past a floor).
 # Read when a store is made: a test may lower them first.
 COMPACT_FACTOR, COMPACT_FLOOR_BYTES = 4, 8 * 1024 * 1024
@@ -234,25 +241,22 @@ class ConsumerOffsetsTopic:
     # -- replay -------------------------------------------------------------------------
 
     def _replay(self) -> None:
+        """Rebuild memory from the topic. A record that is not an offset commit, or a damaged
+        batch, is skipped with one warning; the broker starts with everything else."""
         plog = self._partition.log
         if plog.offline is not None:
             log.error("committed offsets in %s unavailable: %s", TOPIC, plog.offline)
             return
-        offset, count = plog.log_start_offset, 0
+        count = 0
         try:
-            while (found := plog.read(offset, 4 * 1024 * 1024)) is not None:
-                batches = list(parse_batches(found.read()))
-                for batch in batches:
-                    for record in batch:
-                        if record.offset >= offset and record.key is not None:
-                            self._apply(record.key, record.value)
-                            count += 1
-                offset = batches[-1].next_offset
+            for record in replay_records(plog):
+                count += self._replay_record(plog.directory.name, record)
         except KafkaError as exc:
-            # Serving what was read so far would move committed offsets back: refuse instead.
+            # The log itself cannot be walked further (not one bad record): serving what was
+            # read so far would move committed offsets back, so refuse instead.
             self._groups.clear()
             self._live_entries = self._live_bytes = 0
-            plog.take_offline(f"replaying {TOPIC} failed at offset {offset}: {exc}")
+            plog.take_offline(f"replaying {TOPIC} failed: {exc}")
             return
         if count:
             log.info(
@@ -262,17 +266,31 @@ class ConsumerOffsetsTopic:
                 count,
             )
 
-    def _apply(self, key: bytes, value: bytes | None) -> None:
+    def _replay_record(self, partition: str, record: Record) -> int:
+        """Apply one record; 1 if it was an offset commit or deletion, else 0."""
+        try:
+            if record.key is None:
+                raise ValueError("it has no key")
+            return self._apply(record.key, record.value)
+        except _UNDECODABLE as exc:
+            log.warning("%s offset %d: skipping a record that is not an offset commit: %s",
+                        partition, record.offset, exc)  # fmt: skip
+            return 0
+
+    def _apply(self, key: bytes, value: bytes | None) -> int:
         key_version = INT16.unpack_from(key)[0]
+        if key_version == GROUP_METADATA_KEY_VERSION:
+            return 0  # Kafka's group metadata: membership is rebuilt by rejoining
         if key_version not in (0, 1):
-            return  # group metadata records: membership is rebuilt by rejoining
+            raise ValueError(f"unknown key version {key_version}")
         decoded = OffsetCommitKey.decode(key[2:], key_version)
         slot = (decoded.group, decoded.topic, decoded.partition)
         if value is None:
             self._set(slot, None)
-            return
+            return 1
         v = OffsetCommitValue.decode(value[2:], INT16.unpack_from(value)[0])
         self._set(slot, CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp))
+        return 1
 
     # -- compaction ---------------------------------------------------------------------
 

@@ -14,6 +14,10 @@ from kayak.protocol.messages.request_header import RequestHeader
 if TYPE_CHECKING:
     from kayak.broker.group import GroupCoordinator
     from kayak.broker.log.producer_state import ProducerIdAllocator
+    from kayak.broker.security.acls import Authorizer
+    from kayak.broker.security.authenticator import SaslAuthenticator
+    from kayak.broker.security.credentials import CredentialStore
+    from kayak.broker.security.session import ConnectionSession
 
 
 @dataclass(eq=False)
@@ -29,6 +33,9 @@ class BrokerContext:
     shards: ShardRegistry | None = None
     coordinator: GroupCoordinator | None = None
     producer_ids: ProducerIdAllocator | None = None
+    credentials: CredentialStore | None = None  # SASL/SCRAM users
+    authenticator: SaslAuthenticator | None = None  # SASL exchanges, failed-login limits
+    authorizer: Authorizer | None = None  # ACLs
 
     @property
     def node_id(self) -> int:
@@ -52,11 +59,13 @@ class BrokerContext:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One request's view: the broker, the request header, the client's address."""
+    """One request's view: the broker, the request header, the client's address, and the
+    connection's security session (listener, principal)."""
 
     broker: BrokerContext
     header: RequestHeader
     client_host: str
+    session: ConnectionSession | None = None
 
     @property
     def version(self) -> int:

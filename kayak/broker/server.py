@@ -1,12 +1,19 @@
-"""The embeddable broker: ``async with Broker(data_dir, port=0) as b: b.bootstrap_servers``."""
+"""The embeddable broker: ``async with Broker(data_dir, port=0) as b: b.bootstrap_servers``.
+
+A broker listens on every listener of its configuration at once (``PLAINTEXT``, ``SSL``,
+``SASL_PLAINTEXT``, ``SASL_SSL``, each on its own port); clients are told the address of the
+listener their request arrived on (its ``advertised.listeners`` entry when there is one).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import os
+import ssl
 import time
 import uuid
 from dataclasses import replace
@@ -16,7 +23,7 @@ from typing import Any
 
 from kayak.broker.catalog import TopicCatalog, remove_orphans
 from kayak.broker.config import BrokerConfig
-from kayak.broker.connection import BrokerConnection
+from kayak.broker.connection import BrokerConnection, ConnectionTracker
 from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext
 from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
@@ -29,6 +36,12 @@ from kayak.broker.log.files import (
 )
 from kayak.broker.log.producer_state import ProducerIdAllocator
 from kayak.broker.registry import SchemaRegistry
+from kayak.broker.security.acls import Authorizer
+from kayak.broker.security.authenticator import SaslAuthenticator
+from kayak.broker.security.credentials import CredentialStore
+from kayak.broker.security.listeners import Listener, SecurityProtocol
+from kayak.broker.security.session import ConnectionSession
+from kayak.broker.security.tls import ktls_available, server_context
 from kayak.broker.shards import ShardAddress, ShardRegistry
 from kayak.errors import KafkaError
 
@@ -58,9 +71,22 @@ class Broker:
             config = replace(config, data_dir=Path(data_dir))
         config.validate()
         self.config = config
+        # Built now: a bad certificate, key or password fails here, naming the file.
+        self.ssl_context: ssl.SSLContext | None = None
+        if config.tls_needed:
+            assert config.ssl_certificate_location and config.ssl_key_location  # validated
+            self.ssl_context = server_context(
+                config.ssl_certificate_location,
+                config.ssl_key_location,
+                config.ssl_key_password,
+                config.ssl_ca_location,
+            )
         self.context: BrokerContext | None = None
-        self._server: asyncio.Server | None = None
-        self._connections: set[BrokerConnection] = set()
+        self._servers: list[asyncio.Server] = []
+        # protocol -> the listener's address as advertised to clients (actual port if 0)
+        self._advertised: dict[SecurityProtocol, Listener] = {}
+        self._tracker: ConnectionTracker | None = None
+        self._sweep: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._registry: SchemaRegistry | None = None
@@ -89,13 +115,15 @@ class Broker:
         self.context.shards = ShardRegistry(config.data_dir, config.shard_count)
         await self._start_extensions(self.context)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, config.host, config.port, reuse_address=True, backlog=1024
+        self._tracker = ConnectionTracker(self.context)
+        await self._open_listeners()
+        first = next(iter(self._advertised.values()))
+        self.context.host, self.context.port = first.host, first.port
+        listeners = tuple((a.name, a.host, a.port) for a in self._advertised.values())
+        self.context.shards.register(
+            ShardAddress(config.node_id, first.host, first.port, listeners)
         )
-        host, port = self._server.sockets[0].getsockname()[:2]
-        self.context.host = config.advertised_host or host
-        self.context.port = port
-        self.context.shards.register(ShardAddress(config.node_id, self.context.host, port))
+        self._sweep = loop.create_task(self._sweep_loop(self._tracker))
         self._retention = loop.create_task(self._retention_loop())
         if config.schema_registry_port is not None and config.node_id == 0:
             await self._start_registry()
@@ -105,16 +133,82 @@ class Broker:
             "kayak broker %d listening on %s:%d, data in %s (%s start, recovered in %.2fs, "
             "flush=%s)",
             config.node_id,
-            self.context.host,
-            port,
+            first.host,
+            first.port,
             config.data_dir,
             "clean" if clean else "unclean",
             time.monotonic() - started,
             config.flush.value,
         )
+        self._log_listeners()
+
+    async def _open_listeners(self) -> None:
+        """One server per listener; a port that cannot be bound stops the start."""
+        assert self.context is not None
+        loop = asyncio.get_running_loop()
+        config = self.config
+        for listener in config.effective_listeners:
+            tls = self.ssl_context if listener.protocol.uses_tls else None
+            try:
+                server = await loop.create_server(
+                    functools.partial(self._new_connection, listener),
+                    listener.host,
+                    listener.port,
+                    reuse_address=True,
+                    backlog=1024,
+                    ssl=tls,
+                    # A client that never finishes its handshake holds nothing for long.
+                    ssl_handshake_timeout=config.request_receive_timeout_ms / 1000 if tls else None,
+                )
+            except OSError as exc:
+                await self.stop()
+                message = f"listener {listener}: {exc.strerror or exc}"
+                raise OSError(exc.errno, message) from exc
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self._advertised[listener.protocol] = self._advertise(listener, port)
+
+    def _advertise(self, listener: Listener, bound_port: int) -> Listener:
+        """What clients are told for ``listener``: its advertised.listeners entry (port 0:
+        the bound port), else the address it listens on."""
+        for advertised in self.config.advertised_listeners:
+            if advertised.protocol is listener.protocol:
+                return Listener(listener.protocol, advertised.host, advertised.port or bound_port)
+        host = self.config.advertised_host or listener.host
+        return Listener(listener.protocol, host, bound_port)
+
+    def _log_listeners(self) -> None:
+        listeners = self.config.effective_listeners
+        if len(listeners) == 1 and listeners[0].protocol is SecurityProtocol.PLAINTEXT:
+            return
+        for listener in listeners:
+            advertised = self._advertised[listener.protocol]
+            log.info(
+                "kayak broker %d listener %s on %s:%d (advertised as %s:%d)",
+                self.config.node_id,
+                listener.name,
+                listener.host,
+                self.bound_address(listener.protocol)[1],
+                advertised.host,
+                advertised.port,
+            )
+        if any(listener.protocol.uses_tls for listener in listeners):
+            available, reason = ktls_available()
+            if available:
+                log.info(
+                    "kernel TLS available (%s) but not used yet: TLS fetches are copied "
+                    "through user space",
+                    reason,
+                )
+            else:
+                log.info(
+                    "kernel TLS unavailable (%s): TLS fetches are copied through user space",
+                    reason,
+                )
 
     async def _start_extensions(self, context: BrokerContext) -> None:
-        """Group coordinator (offsets in ``__consumer_offsets``) and producer ids."""
+        """Group coordinator (offsets in ``__consumer_offsets``), producer ids, SASL users and
+        their authenticator, ACLs."""
         suffix = f"-{self.config.node_id}" if self.config.shard_count > 1 else ""
         context.producer_ids = ProducerIdAllocator(self.config.data_dir / f"producer-ids{suffix}")
         coordinator_config = GroupCoordinatorConfig(
@@ -124,14 +218,21 @@ class Broker:
             context.catalog, context.commit, self.config.node_id, self.config.shard_count
         )
         context.coordinator = GroupCoordinator(coordinator_config, offsets)
+        context.credentials = CredentialStore.open(self.config.data_dir)
+        context.authenticator = SaslAuthenticator(self.config)
+        context.authorizer = Authorizer.open(self.config.data_dir, self.config)
 
     async def _start_registry(self) -> None:
-        """The schema registry on its own HTTP port, its state in ``_schemas``."""
+        """The schema registry on its own HTTP(S) port, its state in ``_schemas``; secured
+        by the broker's settings (TLS, basic auth against the SASL users, writers)."""
         assert self.context is not None
         host = self.config.schema_registry_host or self.config.host
         port = self.config.schema_registry_port
         assert port is not None
-        registry = SchemaRegistry(self.context.catalog, host, port)
+        registry = SchemaRegistry(
+            self.context.catalog, host, port,
+            config=self.config, credentials=self.context.credentials,
+        )  # fmt: skip
         try:
             await registry.start()
         except BaseException as exc:
@@ -148,11 +249,12 @@ class Broker:
         if self._registry is not None:
             await self._registry.stop()
             self._registry = None
-        if self._server is not None:
-            self._server.close()
-        for connection in list(self._connections):
-            connection.close()
-        for task in (self._retention, self._refresh):
+        for server in self._servers:
+            server.close()
+        self._servers = []
+        if self._tracker is not None:
+            self._tracker.close_all()
+        for task in (self._sweep, self._retention, self._refresh):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -173,8 +275,8 @@ class Broker:
         self.context = None
 
     async def serve_forever(self) -> None:
-        assert self._server is not None
-        await self._server.serve_forever()
+        assert self._servers, "the broker is not running"
+        await asyncio.gather(*(server.serve_forever() for server in self._servers))
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -202,21 +304,49 @@ class Broker:
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` for clients' ``bootstrap.servers``."""
+        """``host:port`` for clients' ``bootstrap.servers`` (the first listener)."""
         assert self.context is not None, "the broker is not running"
         return f"{self.context.host}:{self.context.port}"
 
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """Every listener, as advertised to clients, with the ports actually bound."""
+        assert self.context is not None, "the broker is not running"
+        return tuple(self._advertised.values())
+
+    def listener_address(self, protocol: SecurityProtocol | str) -> tuple[str, int]:
+        """``(host, port)`` advertised for the listener of ``protocol``; KeyError if none."""
+        assert self.context is not None, "the broker is not running"
+        advertised = self._advertised[SecurityProtocol(protocol)]
+        return advertised.host, advertised.port
+
+    def bound_address(self, protocol: SecurityProtocol | str) -> tuple[str, int]:
+        """``(host, port)`` the listener of ``protocol`` listens on (the advertised address may
+        differ); KeyError if there is none."""
+        wanted = SecurityProtocol(protocol)
+        for server, listener in zip(self._servers, self.config.effective_listeners, strict=False):
+            if listener.protocol is wanted:
+                host, port = server.sockets[0].getsockname()[:2]
+                return str(host), int(port)
+        raise KeyError(wanted)
+
+    def connection_sessions(self) -> list[ConnectionSession]:
+        """The security session of every open connection (listener, principal)."""
+        assert self._tracker is not None, "the broker is not running"
+        return [connection.session for connection in self._tracker.connections]
+
+    def bootstrap_servers_for(self, protocol: SecurityProtocol | str) -> str:
+        """``host:port`` of the listener of ``protocol`` (``"SSL"``, ``"SASL_SSL"``, ...)."""
+        host, port = self.listener_address(protocol)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     # -- internals ----------------------------------------------------------------------
 
-    def _new_connection(self) -> BrokerConnection:
-        assert self.context is not None
-        connection = BrokerConnection(self.context, self._connections.discard)
-        if len(self._connections) >= self.config.max_connections:
-            log.warning("refusing a connection: max.connections=%d", self.config.max_connections)
-            connection.refuse()
-        else:
-            self._connections.add(connection)
-        return connection
+    def _new_connection(self, listener: Listener) -> BrokerConnection:
+        # Limits are checked once the connection is made (after a TLS handshake), when the
+        # client's address is known.
+        assert self.context is not None and self._tracker is not None
+        return BrokerConnection(self.context, listener, self._tracker)
 
     def _load_or_create_meta(self) -> str:
         with exclusive_lock(self.config.data_dir / "meta.lock"):
@@ -246,6 +376,13 @@ class Broker:
                 await self.context.catalog.refresh(self.context.commit)
             except (OSError, ValueError):
                 log.exception("could not reread the cluster map")
+
+    @staticmethod
+    async def _sweep_loop(tracker: ConnectionTracker) -> None:
+        """Close idle connections and overdue requests (one cheap pass every interval)."""
+        while True:
+            await asyncio.sleep(tracker.sweep_interval)
+            tracker.sweep()
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000

@@ -12,6 +12,7 @@ import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kayak.broker.log.files import exclusive_lock, write_atomically
 
@@ -21,9 +22,20 @@ LOCK_FILE = "shards.lock"
 
 @dataclass(frozen=True, slots=True)
 class ShardAddress:
+    """Where a shard is reached: ``host:port`` (its first listener) and, per listener name
+    (security protocol), the address it advertises on that listener."""
+
     node_id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (name, advertised host, port)
+
+    def on(self, listener_name: str | None) -> ShardAddress:
+        """This shard's address on the listener ``listener_name`` (itself if it has none)."""
+        for name, host, port in self.listeners:
+            if name == listener_name:
+                return ShardAddress(self.node_id, host, port, self.listeners)
+        return self
 
 
 class ShardRegistry:
@@ -41,7 +53,10 @@ class ShardRegistry:
         with exclusive_lock(self._lock_path):
             self._load(force=True)
             self._shards[address.node_id] = address
-            shards = {str(a.node_id): [a.host, a.port] for a in self._shards.values()}
+            shards = {
+                str(a.node_id): [a.host, a.port, {name: [h, p] for name, h, p in a.listeners}]
+                for a in self._shards.values()
+            }
             write_atomically(self.path, json.dumps({"shards": shards}))
 
     def _load(self, force: bool = False) -> None:
@@ -54,8 +69,8 @@ class ShardRegistry:
         self._mtime_ns = mtime
         saved = json.loads(self.path.read_text())["shards"]
         self._shards = {
-            int(node): ShardAddress(int(node), host, int(port))
-            for node, (host, port) in saved.items()
+            int(node): _address(int(node), entry)
+            for node, entry in saved.items()
             if int(node) < self.shard_count
         }
 
@@ -71,3 +86,14 @@ class ShardRegistry:
     def coordinator_for(self, group: str) -> int:
         """The shard coordinating ``group`` (and holding its committed offsets)."""
         return zlib.crc32(group.encode()) % self.shard_count
+
+
+def _address(node_id: int, entry: list[Any]) -> ShardAddress:
+    """One saved shard: ``[host, port]`` (before listeners) or ``[host, port, listeners]``."""
+    listeners: dict[str, list[Any]] = entry[2] if len(entry) > 2 else {}
+    return ShardAddress(
+        node_id,
+        entry[0],
+        int(entry[1]),
+        tuple((name, host, int(port)) for name, (host, port) in listeners.items()),
+    )

@@ -5,13 +5,51 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from kayak.broker.log import FlushMode
+from kayak.broker.security.listeners import Listener, SecurityProtocol, parse_listeners
+from kayak.broker.security.principal import Principal
+from kayak.errors import ConfigError
 
 log = logging.getLogger("kayak.broker")
+T = TypeVar("T")
+
+
+def _listeners(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+    if value is None:
+        return ()
+    name = (param.name or "listeners").replace("_", ".")
+    try:
+        return parse_listeners(value, name)
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    """A comma-separated list (``a,b``) as a tuple, blanks dropped."""
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _principals(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+    names = _names(ctx, param, value)
+    for name in names:
+        try:
+            Principal.parse(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return names
+
+
+def _mechanisms(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+    return tuple(name.upper() for name in _names(ctx, param, value))
+
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.command()
@@ -94,6 +132,67 @@ log = logging.getLogger("kayak.broker")
     show_default=True,
     help="log.retention.check.interval.ms: how often old segments are deleted.",
 )
+@click.option(
+    "--listeners",
+    default=None,
+    callback=_listeners,
+    metavar="NAME://HOST:PORT,...",
+    help="listeners: e.g. PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093 (PLAINTEXT, "
+    "SSL, SASL_PLAINTEXT, SASL_SSL; port 0: a free port). Replaces --host/--port.",
+)
+@click.option(
+    "--advertised-listeners",
+    default=None,
+    callback=_listeners,
+    metavar="NAME://HOST:PORT,...",
+    help="advertised.listeners: the address clients are told for each listener (behind NAT "
+    "or in a container); a listener not named is advertised as it listens.",
+)
+@click.option("--ssl-certificate-location", type=_FILE, default=None,
+              help="PEM certificate (chain) of SSL and SASL_SSL listeners.")  # fmt: skip
+@click.option("--ssl-key-location", type=_FILE, default=None, help="PEM private key.")
+@click.option("--ssl-key-password", default=None, help="Password of an encrypted key.")
+@click.option("--ssl-ca-location", type=_FILE, default=None,
+              help="PEM CA bundle: TLS clients must present a certificate signed by it; its "
+              "subject becomes the principal (User:CN=...,O=...).")  # fmt: skip
+@click.option(
+    "--sasl-enabled-mechanisms",
+    default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    show_default=True,
+    callback=_mechanisms,
+    help="sasl.enabled.mechanisms on SASL listeners (also OAUTHBEARER).",
+)
+@click.option("--connections-max-reauth-ms", type=click.IntRange(0), default=0,
+              show_default=True,
+              help="connections.max.reauth.ms: SASL sessions must re-authenticate within "
+              "this (KIP-368); 0: never.")  # fmt: skip
+@click.option("--super-users", default=None, callback=_principals, metavar="User:NAME,...",
+              help="super.users: principals allowed everything, whatever the ACLs.")  # fmt: skip
+@click.option(
+    "--allow-everyone-if-no-acl-found/--no-allow-everyone-if-no-acl-found",
+    default=None,
+    help="allow.everyone.if.no.acl.found (default: yes only when every listener is PLAINTEXT).",
+)
+@click.option("--connections-max-idle-ms", type=click.IntRange(1), default=600_000,
+              show_default=True,
+              help="connections.max.idle.ms: idle connections are closed.")  # fmt: skip
+@click.option("--max-connections-per-ip", type=click.IntRange(1), default=2**31 - 1,
+              help="max.connections.per.ip: further connections from one address are "
+              "closed at once.")  # fmt: skip
+@click.option("--request-receive-timeout-ms", type=click.IntRange(1), default=30_000,
+              show_default=True,
+              help="A request (or TLS handshake) that started arriving must be complete "
+              "within this, else the connection is closed.")  # fmt: skip
+@click.option("--schema-registry-tls", is_flag=True, default=False,
+              help="Serve the schema registry over HTTPS (the broker's certificate).")  # fmt: skip
+@click.option("--schema-registry-writers", default=None, callback=_names, metavar="USER,...",
+              help="Users who may register and delete schemas (others may only read).")  # fmt: skip
+@click.option(
+    "--schema-registry-auth/--no-schema-registry-auth",
+    default=None,
+    help="HTTP basic authentication on the schema registry (default: on when any listener "
+    "uses TLS or SASL).",
+)
 def broker(
     data_dir: Path,
     host: str,
@@ -110,18 +209,58 @@ def broker(
     max_connections: int,
     socket_request_max_bytes: int,
     retention_check_interval_ms: int,
+    listeners: tuple[Listener, ...],
+    advertised_listeners: tuple[Listener, ...],
+    ssl_certificate_location: Path | None,
+    ssl_key_location: Path | None,
+    ssl_key_password: str | None,
+    ssl_ca_location: Path | None,
+    sasl_enabled_mechanisms: tuple[str, ...],
+    connections_max_reauth_ms: int,
+    super_users: tuple[str, ...],
+    allow_everyone_if_no_acl_found: bool | None,
+    connections_max_idle_ms: int,
+    max_connections_per_ip: int,
+    request_receive_timeout_ms: int,
+    schema_registry_tls: bool,
+    schema_registry_writers: tuple[str, ...],
+    schema_registry_auth: bool | None,
 ) -> None:
     """Run a durable Kafka-compatible broker until SIGTERM or Ctrl-C."""
     from kayak.broker import Broker
 
     logging.getLogger("kayak").setLevel(min(logging.getLogger().level, logging.INFO))
+    _check_listener_options(listeners)
+    security: dict[str, Any] = {
+        "listeners": listeners,
+        "advertised_listeners": advertised_listeners,
+        "ssl_certificate_location": ssl_certificate_location,
+        "ssl_key_location": ssl_key_location,
+        "ssl_key_password": ssl_key_password,
+        "ssl_ca_location": ssl_ca_location,
+        "sasl_enabled_mechanisms": sasl_enabled_mechanisms,
+        "connections_max_reauth_ms": connections_max_reauth_ms,
+        "super_users": super_users,
+        "allow_everyone_if_no_acl_found": allow_everyone_if_no_acl_found,
+        "connections_max_idle_ms": connections_max_idle_ms,
+        "max_connections_per_ip": max_connections_per_ip,
+        "request_receive_timeout_ms": request_receive_timeout_ms,
+        "schema_registry_tls": schema_registry_tls,
+        "schema_registry_writers": schema_registry_writers,
+        "schema_registry_auth": schema_registry_auth,
+    }
     if shards > 1 and node_id is None:
+        from kayak.broker.config import BrokerConfig
         from kayak.cli.shard_supervisor import supervise_shards
 
+        # Refuse bad settings before starting any shard (one line, not N crash loops).
+        _checked(lambda: BrokerConfig(host=host, port=port, **security).validate())
         if exit_with_parent:
             _watch_parent()
         registry_port = None if no_schema_registry else schema_registry_port
-        raise SystemExit(supervise_shards(shards, host, port, registry_port))
+        raise SystemExit(
+            supervise_shards(shards, host, port, registry_port, listeners, advertised_listeners)
+        )
     settings = {
         "node_id": node_id or 0,
         "shard_count": shard_count or 1,
@@ -134,13 +273,37 @@ def broker(
         "max_connections": max_connections,
         "socket_request_max_bytes": socket_request_max_bytes,
         "schema_registry_port": None if no_schema_registry else schema_registry_port,
+        **security,
     }
     if exit_with_parent:
         _watch_parent()
+    server = _checked(lambda: Broker(data_dir, **settings))
     try:
-        run_event_loop(_serve(Broker(data_dir, **settings)))
+        run_event_loop(_serve(server))
     except OSError as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from exc
+
+
+def _check_listener_options(listeners: tuple[Listener, ...]) -> None:
+    """--listeners replaces --host/--port; giving both is a mistake worth a clear word."""
+    if not listeners:
+        return
+    ctx = click.get_current_context()
+    for name in ("host", "port"):
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(
+                f"--{name} and --listeners both say where to listen; give the address in "
+                f"--listeners only (e.g. {SecurityProtocol.PLAINTEXT.value}://127.0.0.1:9092)"
+            )
+
+
+def _checked(build: Callable[[], T]) -> T:
+    """``build()``, with a configuration error as the one line the CLI prints (exit 1)."""
+    try:
+        return build()
+    except ConfigError as exc:
+        option = exc.name.replace(".", "-")
+        raise click.ClickException(f"invalid --{option}: {exc.message}") from None
 
 
 def _watch_parent() -> None:

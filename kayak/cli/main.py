@@ -7,6 +7,7 @@ import logging
 import click
 
 from kayak import __version__
+from kayak.cli.acls import acls
 from kayak.cli.broker import broker
 from kayak.cli.cdc import cdc
 from kayak.cli.consume import consume
@@ -17,6 +18,7 @@ from kayak.cli.partitions import partitions
 from kayak.cli.pipeline import pipeline
 from kayak.cli.produce import produce
 from kayak.cli.topics import topics
+from kayak.cli.users import users
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,6 +40,8 @@ cli.add_command(produce)
 cli.add_command(cdc)
 cli.add_command(pipeline)
 cli.add_command(log)
+cli.add_command(users)
+cli.add_command(acls)
 
 
 def main() -> None:

@@ -21,7 +21,9 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from kayak.broker.security.listeners import Listener
 
 log = logging.getLogger(__name__)
 
@@ -182,27 +184,60 @@ def _pid(shard: Shard) -> int:
     return shard.process.pid
 
 
-def supervise_shards(shards: int, host: str, port: int, schema_registry_port: int | None) -> int:
+def supervise_shards(
+    shards: int,
+    host: str,
+    port: int,
+    schema_registry_port: int | None,
+    listeners: tuple[Listener, ...] = (),
+    advertised_listeners: tuple[Listener, ...] = (),
+) -> int:
     """Run one broker process per shard under a :class:`ShardSupervisor`; its exit status.
 
-    Shard ``i`` listens on ``port + i``. With port 0 the supervisor picks free ports once, so a
-    restarted shard comes back at the address clients and the other shards already know; the
-    same goes for the schema registry port of shard 0.
+    Shard ``i`` listens on ``port + i`` (with ``listeners``: on each listener's port + i, and
+    advertises each advertised listener's port + i). With port 0 the supervisor picks free
+    ports once, so a restarted shard comes back at the address clients and the other shards
+    already know; the same goes for the schema registry port of shard 0.
     """
     ports = [port + node if port else free_port(host) for node in range(shards)]
     base = _without_option(sys.argv[1:], "--shards")
     base = _without_option(base, "--port")
+    base = _without_option(base, "--listeners")
+    base = _without_option(base, "--advertised-listeners")
+    if listeners:
+        own = [_shard_listeners(node, listeners, advertised_listeners) for node in range(shards)]
+        ports = [shard_listeners[0].port for shard_listeners, _ in own]
+        per_shard = [_listener_args(*pair) for pair in own]
+    else:
+        per_shard = [["--port", str(ports[node])] for node in range(shards)]
     if schema_registry_port == 0:
         base = _without_option(base, "--schema-registry-port")
         base += ["--schema-registry-port", str(free_port(host))]
     if "--exit-with-parent" not in base:
         base.append("--exit-with-parent")
     members = [
-        Shard(node, ports[node], [sys.executable, "-m", "kayak", *base, "--port", str(ports[node]),
+        Shard(node, ports[node], [sys.executable, "-m", "kayak", *base, *per_shard[node],
                                   "--node-id", str(node), "--shard-count", str(shards)])
         for node in range(shards)
     ]  # fmt: skip
     return ShardSupervisor(members).run()
+
+
+def _shard_listeners(
+    node: int, listeners: tuple[Listener, ...], advertised: tuple[Listener, ...]
+) -> tuple[list[Listener], list[Listener]]:
+    """Shard ``node``'s listeners and advertised listeners: every port + node (a free port,
+    picked once, for port 0; an advertised port 0 stays 0: the port listened on)."""
+    own = [replace(x, port=x.port + node if x.port else free_port(x.host)) for x in listeners]
+    shifted = [replace(x, port=x.port + node if x.port else 0) for x in advertised]
+    return own, shifted
+
+
+def _listener_args(listeners: list[Listener], advertised: list[Listener]) -> list[str]:
+    args = ["--listeners", ",".join(map(str, listeners))]
+    if advertised:
+        args += ["--advertised-listeners", ",".join(map(str, advertised))]
+    return args
 
 
 def free_port(host: str) -> int:

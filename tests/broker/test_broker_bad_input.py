@@ -107,10 +107,10 @@ def test_too_new_api_versions_is_answered_at_v0_with_the_table(
 
 
 def test_unimplemented_api_gets_unsupported_version(broker_process: BrokerProcess) -> None:
-    from kayak.protocol.messages import DescribeAclsRequest
+    from kayak.protocol.messages import DescribeDelegationTokenRequest
 
     client = WireClient(broker_process.bootstrap_servers)
-    response = client.request(DescribeAclsRequest(), 1)
+    response = client.request(DescribeDelegationTokenRequest(), 1)
     assert response.error_code == 35  # type: ignore[attr-defined]
     assert client.request(ApiVersionsRequest(), 0).error_code == 0  # type: ignore[attr-defined]
 

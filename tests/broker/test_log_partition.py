@@ -160,7 +160,7 @@ def test_retention_by_bytes_and_by_time_never_deletes_the_active_segment(tmp_pat
         tmp_path / "c-0", LogConfig(segment_bytes=300, retention_ms=1, cleanup_policy="compact")
     )
     for i in range(5):
-        compacted.append(batch([b"%03d" % i * 20], timestamp=now - 10_000))
+        compacted.append(batch([b"%03d" % i * 20], keys=[b"k"], timestamp=now - 10_000))
     assert compacted.apply_retention(now) == 0
 
 

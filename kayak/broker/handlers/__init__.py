@@ -13,6 +13,7 @@ from typing import Any
 
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers import (
+    acls,
     api_versions,
     cluster,
     configs,
@@ -20,6 +21,8 @@ from kayak.broker.handlers import (
     groups,
     offsets,
     produce,
+    sasl,
+    scram_credentials,
     topics,
 )
 from kayak.protocol.message import Message
@@ -45,6 +48,13 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
     **groups.GROUP_HANDLERS,
+    ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_scram_credentials,
+    ApiKey.CREATE_ACLS: acls.handle_create_acls,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.DELETE_ACLS: acls.handle_delete_acls,
 }
 
 

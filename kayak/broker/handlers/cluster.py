@@ -6,6 +6,9 @@ import logging
 
 from kayak.broker.catalog import NO_LEADER, Topic
 from kayak.broker.context import RequestContext
+from kayak.broker.security.acls import AclOperation, is_internal_topic
+from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
+from kayak.broker.shards import ShardAddress
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from kayak.protocol.messages.describe_cluster_response import (
@@ -24,18 +27,24 @@ from kayak.protocol.messages.metadata_response import (
 
 log = logging.getLogger(__name__)
 
+_TRANSACTION_KEY = 1  # FindCoordinator key_type: 0 a group, 1 a transactional id
+
 
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     response = MetadataResponse(
-        brokers=[MetadataResponseBroker(s.node_id, s.host, s.port) for s in broker.cluster()],
+        brokers=[MetadataResponseBroker(s.node_id, s.host, s.port) for s in _brokers(ctx)],
         cluster_id=broker.cluster_id,
         controller_id=0,
     )
     # v0: an empty list means every topic; v1+: null means every topic.
     everything = request.topics is None or (ctx.version == 0 and not request.topics)
     if everything:
-        response.topics = [_describe(ctx, t) for t in broker.catalog.topics() if not t.internal]
+        response.topics = [
+            _describe(ctx, t)
+            for t in broker.catalog.topics()
+            if not t.internal and allowed(ctx, AclOperation.DESCRIBE, TOPIC, t.name)
+        ]
         return response
     allow_create = request.allow_auto_topic_creation or ctx.version < 4
     for wanted in request.topics or []:
@@ -48,7 +57,24 @@ def _lookup(
 ) -> MetadataResponseTopic:
     catalog = ctx.broker.catalog
     topic = catalog.get(name) if name else catalog.by_id(topic_id)  # type: ignore[arg-type]
+    known = name or (topic.name if topic is not None else None)
+    if known is not None and not allowed(ctx, AclOperation.DESCRIBE, TOPIC, known):
+        # Asked by id: the name stays hidden from whoever may not describe the topic.
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return MetadataResponseTopic(
+            error_code=denied, name=name, is_internal=is_internal_topic(name)
+        )
     if topic is None and name and allow_create and ctx.broker.config.auto_create_topics:
+        if is_internal_topic(name):
+            # Only the broker creates its internal topics, with the settings it relies on.
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return MetadataResponseTopic(error_code=code, name=name)
+        if not (
+            allowed_on_cluster(ctx, AclOperation.CREATE)
+            or allowed(ctx, AclOperation.CREATE, TOPIC, name)
+        ):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return MetadataResponseTopic(error_code=denied, name=name)
         try:
             topic = catalog.create(name, ctx.broker.config.num_partitions)
         except KafkaError as exc:
@@ -82,11 +108,16 @@ async def handle_describe_cluster(
     ctx: RequestContext, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
     broker = ctx.broker
+    if not allowed_on_cluster(ctx, AclOperation.DESCRIBE):
+        return DescribeClusterResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message="not authorized to describe the cluster",
+        )
     return DescribeClusterResponse(
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
         controller_id=0,
-        brokers=[DescribeClusterBroker(s.node_id, s.host, s.port) for s in broker.cluster()],
+        brokers=[DescribeClusterBroker(s.node_id, s.host, s.port) for s in _brokers(ctx)],
     )
 
 
@@ -95,17 +126,46 @@ async def handle_find_coordinator(
 ) -> FindCoordinatorResponse:
     """A group's coordinator is the shard its id hashes to (this node when alone)."""
     if ctx.version < 4:
-        found = _coordinator(ctx, request.key)
+        found = _coordinator(ctx, request.key, request.key_type)
         return FindCoordinatorResponse(
             error_code=found.error_code, node_id=found.node_id, host=found.host, port=found.port
         )
     return FindCoordinatorResponse(
-        coordinators=[_coordinator(ctx, key) for key in request.coordinator_keys]
+        coordinators=[_coordinator(ctx, key, request.key_type) for key in request.coordinator_keys]
     )
 
 
-def _coordinator(ctx: RequestContext, key: str) -> Coordinator:
-    address = ctx.broker.address_of(ctx.broker.coordinator_for(key))
+def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> Coordinator:
+    if key_type == _TRANSACTION_KEY:
+        # Transactions are not supported; answered as Kafka answers a principal without
+        # DESCRIBE on the transactional id.
+        denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return Coordinator(key=key, node_id=-1, error_code=denied)
+    if not allowed(ctx, AclOperation.DESCRIBE, GROUP, key):
+        return Coordinator(key=key, node_id=-1, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    address = _address_of(ctx, ctx.broker.coordinator_for(key))
     if address is None:
         return Coordinator(key=key, node_id=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return Coordinator(key=key, node_id=address.node_id, host=address.host, port=address.port)
+
+
+# -- addresses: each answer names the listener the request arrived on ----------------------
+
+
+def _listener_name(ctx: RequestContext) -> str | None:
+    return ctx.session.listener.name if ctx.session is not None else None
+
+
+def _brokers(ctx: RequestContext) -> list[ShardAddress]:
+    """Every shard, at the address it advertises on this request's listener."""
+    name = _listener_name(ctx)
+    return [address.on(name) for address in ctx.broker.cluster()]
+
+
+def _address_of(ctx: RequestContext, node_id: int) -> ShardAddress | None:
+    """``node_id``'s address on this request's listener; None if it is not registered."""
+    shards = ctx.broker.shards
+    address = shards.address(node_id) if shards is not None else None
+    if address is None:
+        address = ctx.broker.address_of(node_id)
+    return address.on(_listener_name(ctx)) if address is not None else None

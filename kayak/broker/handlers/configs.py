@@ -7,6 +7,9 @@ from collections.abc import Callable
 from kayak.broker.catalog import Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers.topics import DEFAULT_CONFIG, TOPIC_CONFIG
+from kayak.broker.security.acls import AclOperation
+from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
+from kayak.broker.security.acls.internal_topics import is_internal_topic
 from kayak.errors import ErrorCode, InvalidConfigurationError, KafkaError
 from kayak.protocol.messages.alter_configs_request import AlterConfigsRequest
 from kayak.protocol.messages.alter_configs_response import (
@@ -51,6 +54,26 @@ _BROKER_NAMES = {
 }
 
 
+_DESCRIBE, _ALTER = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
+
+
+def _refusal(
+    ctx: RequestContext, resource_type: int, name: str, operation: AclOperation
+) -> tuple[int, str] | None:
+    """Kafka's authorization answer for a config resource: the topic's, or the cluster's
+    for a broker; None when allowed (or for a resource type answered otherwise)."""
+    verb = "describe" if operation is _DESCRIBE else "alter"
+    if resource_type == TOPIC_RESOURCE and operation is not _DESCRIBE and is_internal_topic(name):
+        # Retention or cleanup.policy changed on __consumer_offsets could drop committed
+        # offsets: as with delete, nobody holds ALTER_CONFIGS on an internal topic.
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{name} is internal: its configs are fixed"
+    if resource_type == TOPIC_RESOURCE and not allowed(ctx, operation, TOPIC, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to {verb} configs of {name}"
+    if resource_type == BROKER_RESOURCE and not allowed_on_cluster(ctx, operation):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"not authorized to {verb} broker configs"
+    return None
+
+
 async def handle_describe_configs(
     ctx: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
@@ -64,6 +87,10 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsResource) -> Describ
     result = DescribeConfigsResult(
         resource_type=resource.resource_type, resource_name=resource.resource_name
     )
+    refusal = _refusal(ctx, resource.resource_type, resource.resource_name, _DESCRIBE)
+    if refusal is not None:
+        result.error_code, result.error_message = refusal
+        return result
     if resource.resource_type == BROKER_RESOURCE:
         if resource.resource_name not in ("", str(ctx.broker.node_id)):
             result.error_code = ErrorCode.INVALID_REQUEST
@@ -163,6 +190,10 @@ def _alter(
     overrides_for: Callable[[Topic], dict[str, str]],
     validate_only: bool,
 ) -> None:
+    refusal = _refusal(ctx, result.resource_type, result.resource_name, _ALTER)
+    if refusal is not None:
+        result.error_code, result.error_message = refusal
+        return
     if result.resource_type != TOPIC_RESOURCE:
         result.error_code = ErrorCode.INVALID_REQUEST
         result.error_message = "only topic configs can be altered"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.context import RequestContext
+from kayak.broker.security.acls import AclOperation
+from kayak.broker.security.acls.checks import TOPIC, allowed
 from kayak.errors import ErrorCode, KafkaError, UnknownTopicIdError
 from kayak.protocol.messages.fetch_request import FetchRequest
 from kayak.protocol.messages.fetch_response import (
@@ -33,6 +35,7 @@ class _Wanted:
     offset: int
     max_bytes: int
     leader_epoch: int
+    denied: bool = False  # the principal may not READ the topic
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -48,18 +51,32 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchRespo
 
 def _wanted(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
     by_id = ctx.version >= _FIRST_TOPIC_ID_VERSION
-    return [
-        _Wanted(
-            None if by_id else t.topic,
-            t.topic_id,
-            p.partition,
-            p.fetch_offset,
-            p.partition_max_bytes,
-            p.current_leader_epoch,
+    wanted: list[_Wanted] = []
+    for t in request.topics:
+        denied = _denied(ctx, t.topic, t.topic_id, by_id)
+        wanted.extend(
+            _Wanted(
+                None if by_id else t.topic,
+                t.topic_id,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                p.current_leader_epoch,
+                denied,
+            )
+            for p in t.partitions
         )
-        for t in request.topics
-        for p in t.partitions
-    ]
+    return wanted
+
+
+def _denied(ctx: RequestContext, name: str, topic_id: uuid.UUID, by_id: bool) -> bool:
+    """Whether the principal may not READ the topic (an unknown id is left to the read)."""
+    if by_id:
+        topic = ctx.broker.catalog.by_id(topic_id)
+        if topic is None:
+            return False
+        name = topic.name
+    return not allowed(ctx, AclOperation.READ, TOPIC, name)
 
 
 def _read_all(
@@ -84,6 +101,9 @@ def _read_all(
 
 def _read_one(ctx: RequestContext, want: _Wanted, max_bytes: int, min_one: bool) -> PartitionData:
     data = PartitionData(partition_index=want.partition, records=b"")
+    if want.denied:
+        data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return data
     try:
         partition = _partition(ctx.broker.catalog, want)
     except KafkaError as exc:
@@ -121,6 +141,8 @@ def _partition(catalog: TopicCatalog, want: _Wanted) -> Partition:
 async def _wait_for_data(catalog: TopicCatalog, wanted: list[_Wanted], timeout: float) -> None:
     waiters = []
     for want in wanted:
+        if want.denied:
+            continue
         with contextlib.suppress(KafkaError):
             waiters.append(_partition(catalog, want).wait_for_data())
     if not waiters:

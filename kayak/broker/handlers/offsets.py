@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
+from kayak.broker.security.acls import AclOperation, is_internal_topic
+from kayak.broker.security.acls.checks import TOPIC, allowed
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.delete_records_request import DeleteRecordsRequest
 from kayak.protocol.messages.delete_records_response import (
@@ -34,8 +36,17 @@ async def handle_list_offsets(
     response = ListOffsetsResponse()
     for topic in request.topics:
         results = ListOffsetsTopicResponse(name=topic.name)
+        may_describe = allowed(ctx, AclOperation.DESCRIBE, TOPIC, topic.name)
         for wanted in topic.partitions:
-            results.partitions.append(_list_offset(ctx, topic.name, wanted))
+            if may_describe:
+                results.partitions.append(_list_offset(ctx, topic.name, wanted))
+            else:
+                results.partitions.append(
+                    ListOffsetsPartitionResponse(
+                        partition_index=wanted.partition_index,
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    )
+                )
         response.topics.append(results)
     return response
 
@@ -110,8 +121,13 @@ async def handle_delete_records(
     response = DeleteRecordsResponse()
     for topic in request.topics:
         results = DeleteRecordsTopicResult(name=topic.name)
+        refusal = _delete_records_refusal(ctx, topic.name)
         for wanted in topic.partitions:
             result = DeleteRecordsPartitionResult(partition_index=wanted.partition_index)
+            if refusal is not None:
+                result.error_code, result.low_watermark = refusal, -1
+                results.partitions.append(result)
+                continue
             try:
                 plog = ctx.broker.catalog.partition(topic.name, wanted.partition_index).log
                 result.low_watermark = plog.delete_records_before(wanted.offset)
@@ -122,6 +138,15 @@ async def handle_delete_records(
     return response
 
 
+def _delete_records_refusal(ctx: RequestContext, topic: str) -> int | None:
+    """Kafka's answers: no DELETE on the topic, or an internal topic (whoever asks)."""
+    if not allowed(ctx, AclOperation.DELETE, TOPIC, topic):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if is_internal_topic(topic):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return None
+
+
 async def handle_offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
@@ -129,8 +154,13 @@ async def handle_offset_for_leader_epoch(
     response = OffsetForLeaderEpochResponse()
     for topic in request.topics:
         results = OffsetForLeaderTopicResult(topic=topic.topic)
+        may_describe = allowed(ctx, AclOperation.DESCRIBE, TOPIC, topic.topic)
         for wanted in topic.partitions:
             result = EpochEndOffset(partition=wanted.partition)
+            if not may_describe:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                results.partitions.append(result)
+                continue
             try:
                 plog = ctx.broker.catalog.partition(topic.topic, wanted.partition).log
             except KafkaError as exc:

@@ -7,6 +7,8 @@ import logging
 
 from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
+from kayak.broker.security.acls import AclOperation, is_internal_topic
+from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_any, allowed_on_cluster
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse
@@ -32,7 +34,12 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     response = ProduceResponse()
     for topic_data in request.topic_data:
         results = TopicProduceResponse(name=topic_data.name)
+        refusal = _refusal(ctx, topic_data.name)
         for data in topic_data.partition_data:
+            if refusal is not None:
+                refused = _failed(PartitionProduceResponse(index=data.index), *refusal)
+                results.partition_responses.append(refused)
+                continue
             result, partition = _append(ctx, request, topic_data.name, data.index, data.records)
             results.partition_responses.append(result)
             if partition is not None:
@@ -54,6 +61,19 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         elif exc is not None:
             raise exc
     return response
+
+
+def _refusal(ctx: RequestContext, topic: str) -> tuple[int, str] | None:
+    """Why no partition of ``topic`` may be written by this request's principal, or None.
+
+    As in Kafka: TOPIC_AUTHORIZATION_FAILED without WRITE, and INVALID_TOPIC_EXCEPTION for an
+    internal topic, which only the broker itself appends to (whoever asks).
+    """
+    if not allowed(ctx, AclOperation.WRITE, TOPIC, topic):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to write to {topic}"
+    if is_internal_topic(topic):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic}"
+    return None
 
 
 def _append(
@@ -99,6 +119,12 @@ async def handle_init_producer_id(
         return InitProducerIdResponse(
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         )
+    # Kafka 2.8+: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
+    if not (
+        allowed_on_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)
+        or allowed_on_any(ctx, AclOperation.WRITE, TOPIC)
+    ):
+        return InitProducerIdResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     allocator = ctx.broker.producer_ids
     if allocator is None:
         return InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)

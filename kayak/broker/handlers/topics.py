@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from kayak.broker.context import RequestContext
+from kayak.broker.security.acls import AclOperation, is_internal_topic
+from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.create_partitions_request import CreatePartitionsRequest
 from kayak.protocol.messages.create_partitions_response import (
@@ -49,8 +51,15 @@ async def handle_create_topics(
 ) -> CreateTopicsResponse:
     response = CreateTopicsResponse()
     duplicates = _duplicates([t.name for t in request.topics])
+    may_create_any = allowed_on_cluster(ctx, AclOperation.CREATE)
     for wanted in request.topics:
-        if wanted.name not in duplicates:
+        if wanted.name in duplicates:
+            continue
+        if is_internal_topic(wanted.name):
+            response.topics.append(_internal_creation(ctx, wanted.name))
+        elif not (may_create_any or allowed(ctx, AclOperation.CREATE, TOPIC, wanted.name)):
+            response.topics.append(_unauthorized(wanted.name, "create"))
+        else:
             response.topics.append(_create(ctx, wanted, request.validate_only))
     for name in sorted(duplicates):
         response.topics.append(
@@ -59,6 +68,23 @@ async def handle_create_topics(
             )
         )
     return response
+
+
+def _internal_creation(ctx: RequestContext, name: str) -> CreatableTopicResult:
+    """The broker creates its internal topics itself, with the settings it relies on."""
+    if name in ctx.broker.catalog:
+        code, why = ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+    else:
+        code, why = ErrorCode.INVALID_REQUEST, f"creation of internal topic {name} is prohibited"
+    return CreatableTopicResult(name=name, error_code=code, error_message=why)
+
+
+def _unauthorized(name: str, action: str) -> CreatableTopicResult:
+    return CreatableTopicResult(
+        name=name,
+        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        error_message=f"not authorized to {action} topic {name}",
+    )
 
 
 def _create(
@@ -119,10 +145,21 @@ async def handle_delete_topics(
             continue
         result = DeletableTopicResult(name=name)
         topic = catalog.get(name) if name else catalog.by_id(topic_id)  # type: ignore[arg-type]
-        if topic is None:
+        # As in Kafka, authorization is decided before existence (by name), so that
+        # whoever may not delete a topic cannot learn whether it exists.
+        target = name or (topic.name if topic is not None else None)
+        if target is not None and not allowed(ctx, AclOperation.DELETE, TOPIC, target):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "not authorized to delete this topic"
+        elif topic is None:
             result.error_code = (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
             )
+        elif is_internal_topic(topic.name):
+            # Nobody holds DELETE on an internal topic, super users included.
+            result.name, result.topic_id = topic.name, topic.topic_id
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = f"{topic.name} is an internal topic and cannot be deleted"
         else:
             result.name, result.topic_id = topic.name, topic.topic_id
             try:
@@ -148,7 +185,14 @@ async def handle_create_partitions(
         if wanted.name in duplicates:
             continue
         result = CreatePartitionsTopicResult(name=wanted.name)
-        if wanted.assignments:
+        if not allowed(ctx, AclOperation.ALTER, TOPIC, wanted.name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = f"not authorized to alter topic {wanted.name}"
+        elif is_internal_topic(wanted.name):
+            # Its partition count is part of how the broker stores state: never changed.
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = f"the partitions of internal topic {wanted.name} are fixed"
+        elif wanted.assignments:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "manual replica assignment is not supported on one node"
         else:

@@ -42,6 +42,7 @@ from kayak.errors import (
 )
 from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS
 from kayak.protocol.records.scanner import BatchHeader, assign_offsets, scan_batches
+from kayak.protocol.records.validation import validate_produced_records
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,9 @@ class PartitionLog:
         """Validate produced batches, give them offsets, and write them to the active segment.
 
         Nothing of an invalid request is written: every batch is checked (CRC-32C, lengths,
-        magic 2, record count against offsets, size limit) before the first byte goes out.
+        magic 2, record count against offsets, size limit) and then every record in it
+        (``validate_produced_records``: count, offset deltas, lengths, compressed payloads,
+        timestamps, keys on a compacted topic) before the first byte goes out.
         Durability is the caller's next step (:class:`~kayak.broker.log.group_commit.GroupCommit`).
         A write that fails leaves nothing in the file and raises KAFKA_STORAGE_ERROR.
         """
@@ -250,6 +253,7 @@ class PartitionLog:
         base_offset = self.log_end_offset
         next_offset = assign_offsets(buf, base_offset, partition_leader_epoch=self.leader_epoch)
         headers = list(scan_batches(buf))
+        compacted = "compact" in self.config.cleanup_policy
         for header in headers:
             if header.is_control:
                 raise InvalidRecordError("control batches are written by the broker, not produced")
@@ -258,6 +262,9 @@ class PartitionLog:
                     f"batch of {header.size} bytes exceeds max.message.bytes "
                     f"{self.config.max_message_bytes}"
                 )
+            validate_produced_records(
+                buf, header, compacted=compacted, log_append_time=self.config.log_append_time
+            )
         # Idempotent producers: a retry of a stored batch gets its original offsets and
         # nothing is written; a gap or a stale epoch raises before anything is written.
         duplicate = next((d for d in self.producers.check_all(headers) if d is not None), None)

@@ -1,48 +1,75 @@
-"""The schema registry as a broker extension: the store on ``_schemas`` behind HTTP."""
+"""The schema registry as a broker extension: the store on ``_schemas`` behind HTTP(S)."""
 
 from __future__ import annotations
 
 import logging
 
 from kayak.broker.catalog import TopicCatalog
+from kayak.broker.config import BrokerConfig
 from kayak.broker.log import FlushMode, GroupCommit
-from kayak.broker.registry.api import SchemaRegistryApi
-from kayak.broker.registry.http import HttpServer
+from kayak.broker.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaRegistryApi
 from kayak.broker.registry.store import SchemaStore
+from kayak.broker.security.credentials import CredentialStore
+from kayak.broker.web import PasswordVerifier, WebServer, broker_web_server
 
 log = logging.getLogger(__name__)
 
 
 class SchemaRegistry:
-    """Replays ``_schemas`` and serves the REST API on ``host:port`` (0: an ephemeral port)."""
+    """Replays ``_schemas`` and serves the REST API on ``host:port`` (0: an ephemeral port).
 
-    def __init__(self, catalog: TopicCatalog, host: str, port: int) -> None:
+    ``config`` says how it is secured (``schema_registry_tls``, ``registry_auth_required``,
+    ``schema_registry_writers``, ``super_users``); ``credentials`` are the broker's SASL
+    users, against which HTTP basic authentication is checked (when not given and
+    authentication is on, the store of ``config.data_dir`` is opened).
+    """
+
+    def __init__(
+        self,
+        catalog: TopicCatalog,
+        host: str,
+        port: int,
+        *,
+        config: BrokerConfig | None = None,
+        credentials: PasswordVerifier | None = None,
+    ) -> None:
         self._catalog = catalog
         self._host = host
         self._port = port
+        self._config = config or BrokerConfig()
+        self._credentials = credentials
         # Its own group commit, always fsyncing: a registration is answered only once it is
         # on disk, whatever --flush says about produced records.
         self._commit = GroupCommit(FlushMode.GROUP)
-        self._http: HttpServer | None = None
+        self._web: WebServer | None = None
         self.store: SchemaStore | None = None
 
     async def start(self) -> None:
         try:
             self.store = SchemaStore.open(self._catalog, self._commit)
-            self._http = HttpServer(SchemaRegistryApi(self.store).handle, self._host, self._port)
-            await self._http.start()
+            credentials = self._credentials
+            if credentials is None and self._config.registry_auth_required:
+                credentials = CredentialStore.open(self._config.data_dir)
+            web = broker_web_server(
+                self._config, self._host, self._port, credentials,
+                body_media_types=REQUEST_MEDIA_TYPES, error_content_type=CONTENT_TYPE,
+            )  # fmt: skip
+            web.add_routes(SchemaRegistryApi(self.store).routes())
+            await web.start()
+            self._web = web
         except BaseException:
-            self._http = None
+            self._web = None
             self._commit.close()
             raise
 
     async def stop(self) -> None:
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
+        if self._web is not None:
+            await self._web.stop()
+            self._web = None
         self._commit.close()
 
     @property
     def url(self) -> str:
-        assert self._http is not None, "the schema registry is not running"
-        return f"http://{self._http.host}:{self._http.port}"
+        """``http://host:port``, or ``https://`` when served with TLS."""
+        assert self._web is not None, "the schema registry is not running"
+        return self._web.url

@@ -31,16 +31,23 @@ from typing import Any
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.log import GroupCommit
+from kayak.broker.log.replay import replay_records
 from kayak.broker.registry import errors
 from kayak.broker.registry.compatibility import DEFAULT_LEVEL, CompatibilityLevel
 from kayak.broker.registry.schema import AvroSchema, parse_avro
 from kayak.errors import KafkaError, TopicExistsError
-from kayak.protocol.records import build_record_batch, parse_batches
+from kayak.protocol.records import build_record_batch
 
 log = logging.getLogger(__name__)
 
 TOPIC = "_schemas"
-READ_CHUNK = 4 * 1024 * 1024
+# What applying a record that is not the registry's can raise: JSON that is not JSON, too
+# deep, or not shaped like a key or value of ours.
+# Confluent's registry writes these too; they change nothing kayak keeps.
+_IGNORED_KEYTYPES = frozenset({"DELETE_SUBJECT", "NOOP", "MODE", "CLEAR_SUBJECT", "CONTEXT"})
+_NOT_THE_REGISTRYS = (
+    ValueError, KeyError, TypeError, AttributeError, RecursionError, errors.RegistryError
+)  # fmt: skip
 
 # Decides whether a registration may go ahead: (new schema, live versions oldest first) ->
 # the reasons it may not (empty: it may).
@@ -303,27 +310,26 @@ class SchemaStore:
     # -- replay -------------------------------------------------------------------------
 
     def _replay(self, partition: Partition) -> None:
-        plog = partition.log
-        offset, count = plog.log_start_offset, 0
-        while (found := plog.read(offset, READ_CHUNK)) is not None:
-            batches = list(parse_batches(found.read()))
-            for batch in batches:
-                for record in batch:
-                    if record.offset >= offset and record.key is not None:
-                        value = None if record.value is None else bytes(record.value)
-                        self._apply_record(bytes(record.key), value, record.offset)
-                        count += 1
-            offset = batches[-1].next_offset
+        """Rebuild the registry from ``_schemas``. A damaged batch (see ``replay_records``) or
+        a record that is not the registry's is skipped with one warning; the rest is applied."""
+        count = 0
+        for record in replay_records(partition.log):
+            value = None if record.value is None else bytes(record.value)
+            key = None if record.key is None else bytes(record.key)
+            count += self._apply_record(key, value, record.offset)
         if count:
             log.info(
                 "schema registry restored %d subjects and %d schema ids from %d records",
                 len(self._subjects), len(self._schemas), count,
             )  # fmt: skip
 
-    def _apply_record(self, raw_key: bytes, raw_value: bytes | None, offset: int) -> None:
-        # Anything can be produced to _schemas by a Kafka client; a record that is not one of
-        # the registry's own is skipped rather than allowed to stop the broker from starting.
+    def _apply_record(self, raw_key: bytes | None, raw_value: bytes | None, offset: int) -> int:
+        """Apply one record of ``_schemas``; 1 if it was the registry's, else 0."""
+        # Anything can be in _schemas (a Kafka client could produce to it); a record that is
+        # not one of the registry's own is skipped rather than allowed to stop the broker.
         try:
+            if raw_key is None:
+                raise ValueError("it has no key")
             key = json.loads(raw_key)
             value = None if raw_value is None else json.loads(raw_value)
             keytype = key["keytype"]
@@ -339,9 +345,13 @@ class SchemaStore:
                 for entry in self._subjects.get(key["subject"], {}).values():
                     if entry.version <= int(value["version"]):
                         entry.deleted = True
-        except (ValueError, KeyError, TypeError, errors.RegistryError) as exc:
-            log.warning("%s offset %d: skipping a record that is not the registry's: %s",
+            elif keytype not in _IGNORED_KEYTYPES:
+                raise ValueError(f"unknown keytype {keytype!r}")
+        except _NOT_THE_REGISTRYS as exc:
+            log.warning("%s-0 offset %d: skipping a record that is not the registry's: %s",
                         TOPIC, offset, exc)  # fmt: skip
+            return 0
+        return 1
 
     def _replay_schema(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
         subject, version = str(key["subject"]), int(key["version"])

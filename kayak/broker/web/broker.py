@@ -1,0 +1,66 @@
+"""The broker's web server as its settings describe it: TLS, authentication, roles, guards."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from aiohttp.typedefs import Middleware
+
+from kayak.broker.config import BrokerConfig
+from kayak.broker.security.tls import server_context
+from kayak.broker.web.auth import PasswordVerifier, basic_auth, writer_check
+from kayak.broker.web.errors import JSON_CONTENT_TYPE
+from kayak.broker.web.guards import json_bodies_only, same_origin_writes
+from kayak.broker.web.server import WebLimits, WebServer
+
+log = logging.getLogger(__name__)
+
+JSON_MEDIA_TYPES = ("application/json",)
+
+
+def broker_web_server(
+    config: BrokerConfig,
+    host: str,
+    port: int,
+    credentials: PasswordVerifier | None,
+    *,
+    body_media_types: Collection[str] = JSON_MEDIA_TYPES,
+    error_content_type: str = JSON_CONTENT_TYPE,
+    limits: WebLimits | None = None,
+) -> WebServer:
+    """A :class:`WebServer` on ``host:port`` secured as ``config`` says.
+
+    In order, every request meets: cross-site refusal (403) and a JSON body type (415) for
+    anything that changes state; then, when ``config.registry_auth_required``, HTTP basic
+    authentication against ``credentials`` (401) and the writer role for changes (403). With
+    ``schema_registry_tls``, HTTPS with the broker's certificate.
+    """
+    middlewares: list[Middleware] = [
+        same_origin_writes(error_content_type),
+        json_bodies_only(body_media_types, error_content_type),
+    ]
+    if config.registry_auth_required:
+        if credentials is None:
+            log.warning("web: authentication is on but the broker has no user store; "
+                        "every request will be refused")  # fmt: skip
+        middlewares.append(
+            basic_auth(
+                credentials,
+                may_write=writer_check(config.schema_registry_writers, config.super_users),
+                failed_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+                error_content_type=error_content_type,
+            )
+        )
+    ssl_context = None
+    if config.schema_registry_tls:
+        assert config.ssl_certificate_location is not None  # BrokerConfig.validate checks
+        assert config.ssl_key_location is not None
+        # No client certificates are asked for: web clients authenticate with HTTP basic.
+        ssl_context = server_context(
+            config.ssl_certificate_location, config.ssl_key_location, config.ssl_key_password
+        )
+    return WebServer(
+        host, port, ssl_context,
+        limits=limits, middlewares=middlewares, error_content_type=error_content_type,
+    )  # fmt: skip
