@@ -21,12 +21,13 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
 import click
 
 from kayak.cli.broker import run_event_loop
-from kayak.cli.options import bootstrap_option, parse_properties
+from kayak.cli.options import bootstrap_option, client_properties, client_properties_options
 from kayak.client.consumer import Consumer, ConsumerRecord, TopicPartition
 from kayak.errors import KayakError
 
@@ -148,13 +149,7 @@ class _Options:
     show_default=True,
     help="Seconds to wait for the cluster (bootstrap, the topic's metadata).",
 )
-@click.option(
-    "-X",
-    "properties",
-    multiple=True,
-    metavar="PROP=VALUE",
-    help="A consumer property (Kafka names), e.g. -X fetch.max.wait.ms=100.",
-)
+@client_properties_options("consumer", "fetch.max.wait.ms=100")
 def consume(
     topic: str,
     bootstrap: str,
@@ -165,6 +160,7 @@ def consume(
     fmt: str,
     timeout: float,
     properties: tuple[str, ...],
+    command_config: Path | None,
 ) -> None:
     """Print TOPIC's records to stdout."""
     pieces = compile_format(fmt)
@@ -176,7 +172,7 @@ def consume(
         max_messages,
         exit_at_end,
         timeout,
-        parse_properties(properties),
+        client_properties(properties, command_config),
     )
     printer = Printer(pieces, sys.stdout.buffer)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -25,9 +26,15 @@ DEAD = "Dead"  # DescribeGroups' state for a group that does not exist
 @click.group()
 @cluster_options
 @click.pass_context
-def groups(ctx: click.Context, bootstrap_server: str, timeout: float) -> None:
+def groups(
+    ctx: click.Context,
+    bootstrap_server: str,
+    timeout: float,
+    properties: tuple[str, ...],
+    command_config: Path | None,
+) -> None:
     """List and describe consumer groups: members, assignments, committed offsets, lag."""
-    ctx.obj = ClusterTarget(bootstrap_server, timeout)
+    ctx.obj = ClusterTarget.from_options(bootstrap_server, timeout, properties, command_config)
 
 
 @groups.command("list")

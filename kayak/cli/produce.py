@@ -22,6 +22,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
 import click
@@ -37,7 +38,7 @@ from rich.progress import (
 )
 
 from kayak.cli.broker import run_event_loop
-from kayak.cli.options import bootstrap_option, parse_properties
+from kayak.cli.options import bootstrap_option, client_properties, client_properties_options
 from kayak.client.producer import Producer, RecordMetadataList
 from kayak.errors import KayakError
 
@@ -89,13 +90,7 @@ class _Tally:
     show_default=True,
     help="Seconds to wait for the cluster (bootstrap, metadata, buffer space).",
 )
-@click.option(
-    "-X",
-    "properties",
-    multiple=True,
-    metavar="PROP=VALUE",
-    help="A producer property (Kafka names), e.g. -X linger.ms=20; repeatable.",
-)
+@client_properties_options("producer", "linger.ms=20")
 @click.option(
     "--progress/--no-progress",
     default=None,
@@ -110,10 +105,11 @@ def produce(
     partition: int | None,
     timeout: float,
     properties: tuple[str, ...],
+    command_config: Path | None,
     progress: bool | None,
 ) -> None:
     """Send stdin's lines to TOPIC, one record per line."""
-    settings: dict[str, object] = dict(parse_properties(properties))
+    settings: dict[str, object] = dict(client_properties(properties, command_config))
     if acks is not None:
         settings["acks"] = acks
     if compression is not None:

@@ -9,15 +9,20 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from kayak.cli.options import DEFAULT_BOOTSTRAP
+from kayak.cli.options import (
+    DEFAULT_BOOTSTRAP,
+    client_properties,
+    client_properties_options,
+)
 from kayak.client.admin import (
     Admin,
     NewTopic,
@@ -50,10 +55,25 @@ class ClusterTarget:
 
     bootstrap_servers: str
     timeout: float
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Admin client properties from ``-X`` and ``--command-config`` (security, ...)."""
+
+    @classmethod
+    def from_options(
+        cls,
+        bootstrap_server: str,
+        timeout: float,
+        properties: tuple[str, ...] = (),
+        command_config: Path | None = None,
+    ) -> ClusterTarget:
+        """The target as the group's options describe it."""
+        return cls(bootstrap_server, timeout, client_properties(properties, command_config))
 
 
 def cluster_options(group: Callable[..., None]) -> Callable[..., None]:
-    """Adds ``-b/--bootstrap-server`` and ``--timeout`` to a command group."""
+    """Adds ``-b/--bootstrap-server``, ``--timeout``, ``-X`` and ``--command-config`` to a
+    command group."""
+    group = client_properties_options("admin client", "request.timeout.ms=5000")(group)
     group = click.option(
         "--timeout",
         type=click.FloatRange(min=0.1),
@@ -101,14 +121,16 @@ def run_admin(target: ClusterTarget, action: Callable[[Admin], Awaitable[T]]) ->
     request_ms = max(timeout_ms * 4 // 5, 1)
 
     async def main() -> T:
-        admin = Admin(
-            bootstrap_servers=target.bootstrap_servers,
-            client_id="kayak-cli",
-            request_timeout_ms=request_ms,
-            default_api_timeout_ms=timeout_ms,
-            socket_connection_setup_timeout_ms=request_ms,
-            socket_connection_setup_timeout_max_ms=request_ms,
-        )
+        settings: dict[str, object] = {
+            "client.id": "kayak-cli",
+            "request.timeout.ms": request_ms,
+            "default.api.timeout.ms": timeout_ms,
+            "socket.connection.setup.timeout.ms": request_ms,
+            "socket.connection.setup.timeout.max.ms": request_ms,
+        }
+        settings.update(target.properties)
+        settings["bootstrap.servers"] = target.bootstrap_servers
+        admin = Admin(settings)
         async with admin:
             return await action(admin)
 
@@ -132,9 +154,15 @@ def check_topic_name(name: str) -> str:
 @click.group()
 @cluster_options
 @click.pass_context
-def topics(ctx: click.Context, bootstrap_server: str, timeout: float) -> None:
+def topics(
+    ctx: click.Context,
+    bootstrap_server: str,
+    timeout: float,
+    properties: tuple[str, ...],
+    command_config: Path | None,
+) -> None:
     """Create, delete, list and describe topics of a Kafka-compatible cluster."""
-    ctx.obj = ClusterTarget(bootstrap_server, timeout)
+    ctx.obj = ClusterTarget.from_options(bootstrap_server, timeout, properties, command_config)
 
 
 @topics.command("list")

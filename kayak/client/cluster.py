@@ -5,6 +5,10 @@ refreshed when it is older than ``metadata.max.age.ms``, when a caller reports s
 leadership (NOT_LEADER_OR_FOLLOWER and friends), or when a topic it needs is missing. There is
 one connection per broker, shared by the producer's, consumer's and admin's requests to it,
 reopened with exponential backoff after a failure.
+
+Every connection is secured the same way (``security``: TLS context and SASL settings, built
+once from the configuration). An authentication failure (TLS or SASL) is raised at once,
+not retried: connecting again with the same settings would only fail again.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 from kayak.client.backoff import ExponentialBackoff
 from kayak.client.config import ClientConfig
 from kayak.client.connection import BrokerConnection
+from kayak.client.security.channel import ConnectionSecurity
+from kayak.client.security.errors import is_authentication_error
 from kayak.errors import (
     ErrorCode,
     KafkaError,
@@ -86,6 +92,7 @@ class Cluster:
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self.security = ConnectionSecurity.from_config(config.security)
         self.metadata = ClusterMetadata()
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
@@ -228,7 +235,7 @@ class Cluster:
                 await asyncio.sleep(wait)
         connection = BrokerConnection(
             host, port, node_id=node_id, client_id=self.config.client_id,
-            request_timeout_ms=self.config.request_timeout_ms,
+            request_timeout_ms=self.config.request_timeout_ms, security=self.security,
         )  # fmt: skip
         try:
             await connection.connect(self.config.socket_connection_setup_timeout_ms / 1000)
@@ -248,7 +255,9 @@ class Cluster:
         for node_id in list(self.metadata.brokers):
             try:
                 return await self.connection(node_id)
-            except KayakError:
+            except KayakError as exc:
+                if is_authentication_error(exc):
+                    raise
                 continue
         return await self._bootstrap_connection()
 
@@ -261,6 +270,8 @@ class Cluster:
                 try:
                     return await self._dial(BOOTSTRAP, host, port)
                 except KayakError as exc:
+                    if is_authentication_error(exc):
+                        raise
                     errors.append(f"{host}:{port}: {exc}")
             if time.monotonic() >= deadline or self._closed:
                 raise KafkaTimeoutError(

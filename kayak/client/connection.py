@@ -7,17 +7,29 @@ protocol side is kayak's sans-I/O :class:`~kayak.protocol.ClientConnection`.
 
 On connect, ApiVersions tells which versions the broker speaks; every request then goes at
 the highest version both sides know, so the same client works with old and new clusters.
+
+Security (``ConnectionSecurity``, one per client): with TLS the socket is wrapped by asyncio's
+SSL transport (which feeds the same buffered receiver); with SASL the connection
+authenticates after ApiVersions, and again before the session the broker granted expires
+(KIP-368): requests already sent carry on, new ones wait until re-authentication is done,
+then leave in the order they were made.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
+import ssl
 from collections.abc import Mapping
 from typing import Any, cast
 
 from kayak import __version__
+from kayak.client.security.channel import PLAINTEXT, ConnectionSecurity
+from kayak.client.security.config import SaslSettings
+from kayak.client.security.sasl import authenticate
+from kayak.client.security.tls import tls_failure
 from kayak.errors import (
     FrameTooLargeError,
     KafkaTimeoutError,
@@ -37,6 +49,12 @@ log = logging.getLogger(__name__)
 _HEADER = 4
 # Buffers handed to the transport for frames whose size is not known yet.
 _SMALL_READ = 64 * 1024
+# Re-authenticate after this share of the session lifetime, picked at random per connection
+# so that many connections do not all re-authenticate at once (as Kafka's Java client does).
+_REAUTH_AT = (0.85, 0.95)
+
+# A request made while the connection re-authenticates: written when that is done.
+_Held = tuple[Message, int, bool, "asyncio.Future[Message] | None"]
 
 
 class _FrameReceiver(asyncio.BufferedProtocol):
@@ -110,6 +128,10 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError):
+            # E.g. TLS 1.3: the broker refuses our certificate after the handshake.
+            self._owner._fail(tls_failure(exc, self._owner.host, self._owner.port))
+            return
         reason = f"connection lost: {exc}" if exc else "connection closed"
         self._owner._fail(NetworkError(reason))
 
@@ -126,15 +148,21 @@ class BrokerConnection:
         client_id: str = "kayak",
         request_timeout_ms: int = 30_000,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        security: ConnectionSecurity = PLAINTEXT,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self.request_timeout = request_timeout_ms / 1000
+        self.security = security
         self._protocol = ClientConnection(client_id=client_id, max_frame_size=max_frame_size)
         self._receiver = _FrameReceiver(self, max_frame_size)
         self._waiters: dict[int, asyncio.Future[Message]] = {}
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._error: KayakError | None = None
         self._closed = False
+        self._held: list[_Held] | None = None  # a list while re-authenticating
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        self.authentications = 0  # SASL authentications done on this connection
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -142,22 +170,61 @@ class BrokerConnection:
     # -- connecting ---------------------------------------------------------------------
 
     async def connect(self, timeout: float) -> None:
-        """Open the socket and negotiate API versions; raises NetworkError/KafkaTimeoutError."""
+        """Open the socket (with TLS if configured), negotiate API versions and authenticate
+        (with SASL if configured).
+
+        Raises NetworkError/KafkaTimeoutError when the broker cannot be reached;
+        ``SslAuthenticationError`` when the TLS handshake fails (untrusted certificate, wrong
+        host name, ...) and ``SaslAuthenticationFailedError`` when the credentials are
+        refused: those two name the broker and are not worth retrying.
+        """
         loop = asyncio.get_running_loop()
+        context = self.security.ssl_context
+        tls: dict[str, Any] = {}
+        if context is not None:
+            tls = {"ssl": context, "server_hostname": self.host, "ssl_handshake_timeout": timeout}
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda: self._receiver, self.host, self.port), timeout
+                loop.create_connection(lambda: self._receiver, self.host, self.port, **tls),
+                timeout,
             )
         except TimeoutError:
             raise KafkaTimeoutError(f"connecting to {self.host}:{self.port} timed out") from None
+        except ssl.SSLError as exc:
+            if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                # Closed mid-handshake: maybe not a TLS port, maybe a broker going away.
+                raise NetworkError(
+                    f"cannot connect to {self.host}:{self.port}: the broker closed the "
+                    "connection during the TLS handshake; does it speak TLS on that port?"
+                ) from exc
+            raise tls_failure(exc, self.host, self.port) from exc
         except OSError as exc:
+            if context is not None and isinstance(exc, ConnectionResetError):
+                raise NetworkError(
+                    f"cannot connect to {self.host}:{self.port}: the TLS handshake was cut off "
+                    f"({exc or type(exc).__name__}); does the broker speak TLS on that port?"
+                ) from exc
             raise NetworkError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         transport = self._receiver.transport
         assert transport is not None
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await self._negotiate_versions()
+        try:
+            await self._negotiate_versions()
+        except NetworkError as exc:
+            if context is None:
+                raise
+            # A broker refusing our client certificate (or the lack of one) under TLS 1.3
+            # closes the connection after the handshake, often without a readable alert. It
+            # stays retriable: a broker at its connection limit closes the same way.
+            raise NetworkError(
+                f"{exc.message}, right after the TLS handshake with {self.host}:{self.port}: "
+                "if the broker requires client certificates, set ssl.certificate.location and "
+                "ssl.key.location to one signed by a CA it trusts"
+            ) from exc
+        if self.security.sasl is not None:
+            self._authenticated(await authenticate(self, self.security.sasl))
 
     async def _negotiate_versions(self) -> None:
         request = ApiVersionsRequest(
@@ -169,6 +236,41 @@ class BrokerConnection:
         elif response.error_code:
             raise_for_code(response.error_code)
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    # -- SASL (re-)authentication -------------------------------------------------------
+
+    async def authentication_request(self, message: Message, version: int) -> Any:
+        """Send a SASL request now, ahead of any held requests, and await its response."""
+        waiter = self._write(message, version, True)
+        assert waiter is not None
+        return await self.wait_response(waiter, message)
+
+    def _authenticated(self, lifetime_ms: int) -> None:
+        self.authentications += 1
+        if lifetime_ms <= 0 or self._closed:
+            return
+        delay = lifetime_ms / 1000 * random.uniform(*_REAUTH_AT)
+        self._reauth_timer = asyncio.get_running_loop().call_later(delay, self._reauthenticate)
+
+    def _reauthenticate(self) -> None:
+        self._reauth_timer = None
+        if self._error is not None or self._closed or self.security.sasl is None:
+            return
+        self._held = []
+        self._reauth_task = asyncio.ensure_future(self._run_reauthentication(self.security.sasl))
+
+    async def _run_reauthentication(self, settings: SaslSettings) -> None:
+        try:
+            lifetime_ms = await authenticate(self, settings)
+        except KayakError as exc:
+            log.warning("re-authentication with broker %s:%s failed: %s", self.host, self.port, exc)
+            self._fail(exc)
+            return
+        held, self._held = self._held or [], None
+        for message, version, expect_response, waiter in held:
+            self._write(message, version, expect_response, waiter)
+        log.debug("%s re-authenticated; %d held requests sent", self, len(held))
+        self._authenticated(lifetime_ms)
 
     # -- versions -----------------------------------------------------------------------
 
@@ -209,12 +311,29 @@ class BrokerConnection:
             raise self._error
         if version is None:
             version = self.version_for(type(message))
+        if self._held is not None:
+            held = asyncio.get_running_loop().create_future() if expect_response else None
+            self._held.append((message, version, expect_response, held))
+            return held
+        return self._write(message, version, expect_response)
+
+    def _write(
+        self,
+        message: Message,
+        version: int,
+        expect_response: bool,
+        waiter: asyncio.Future[Message] | None = None,
+    ) -> asyncio.Future[Message] | None:
+        if self._error is not None:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(self._error)
+                return waiter
+            raise self._error
         correlation_id, parts = self._protocol.send_request_parts(message, version, expect_response)
         transport = self._receiver.transport
         assert transport is not None
-        waiter: asyncio.Future[Message] | None = None
         if expect_response:
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = waiter or asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = waiter
         if len(parts) == 1:
             transport.write(_wire_bytes(parts[0]))
@@ -239,7 +358,7 @@ class BrokerConnection:
         return response
 
     def in_flight(self) -> int:
-        return len(self._waiters)
+        return len(self._waiters) + len(self._held or ())
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -259,9 +378,13 @@ class BrokerConnection:
             if not self._closed:
                 log.debug("%s failed: %s", self, error)
         waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
+        held, self._held = self._held or [], None
+        for waiter in [*waiters.values(), *(h[3] for h in held if h[3] is not None)]:
             if not waiter.done():
                 waiter.set_exception(error)
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         transport = self._receiver.transport
         if transport is not None:
             transport.close()
@@ -273,6 +396,9 @@ class BrokerConnection:
     async def close(self) -> None:
         self._closed = True
         self._fail(NetworkError("connection closed by the client"))
+        task, self._reauth_task = self._reauth_task, None
+        if task is not None and not task.done():
+            task.cancel()
 
 
 class RecordsView:

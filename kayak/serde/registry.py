@@ -3,24 +3,38 @@
 Only the documented API is used, so the same client works against kayak's broker-served
 registry and Confluent's. Ids are immutable, so schemas by id are cached forever; the id of a
 (subject, schema) registration is cached too. Thread-safe: caches sit behind one lock, and
-each request is its own ``urllib`` call. Pickling keeps the URL and options only (Spark ships
-clients to executors), and the caches refill there.
+each request is its own ``urllib`` call (the standard library: the client stays blocking and
+dependency-free). Pickling keeps the URL and options only (Spark ships clients to executors),
+and the caches refill there.
+
+Security, with Confluent's property names (the ``schema.registry.`` prefix is optional):
+``basic.auth.credentials.source`` (``USER_INFO``: ``basic.auth.user.info`` is
+``"user:password"``; ``URL``: the user and password in the URL, ``https://user:pw@host``)
+and, for ``https://`` URLs, ``ssl.ca.location`` (a PEM CA bundle to trust instead of the
+system's). The host name is always checked against the certificate.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from kayak.errors import SchemaRegistryError
+from kayak.errors import ConfigError, SchemaRegistryError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_PREFIX = "schema.registry."
+# The properties the client understands, without the optional "schema.registry." prefix.
+SECURITY_PROPERTIES = frozenset(
+    {"basic.auth.credentials.source", "basic.auth.user.info", "ssl.ca.location"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,22 +55,33 @@ def schema_text(schema: str | Mapping[str, Any] | list[Any]) -> str:
 
 
 class SchemaRegistryClient:
-    """Talks to the registry at ``url`` (``http://host:port``); see the module docstring."""
+    """Talks to the registry at ``url`` (``http(s)://host:port``); see the module docstring.
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+    ``config`` takes the security properties (``basic.auth.user.info``, ...); an unknown
+    property is a ``ConfigError`` rather than silently ignored.
+    """
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 10.0, config: Mapping[str, str] | None = None
+    ) -> None:
+        self.config = dict(config or {})
+        self._given_url = url  # with any credentials in it, for pickling
+        self.url, self._authorization = _address_and_credentials(url.rstrip("/"), self.config)
         self.timeout_s = timeout_s
+        self._ssl_context = _ssl_context(self.url, self.config)
         self._lock = threading.Lock()
         self._by_id: dict[int, Any] = {}
         self._ids: dict[tuple[str, str], int] = {}
 
-    # -- pickling: the address, not the caches ------------------------------------------
+    # -- pickling: the address and options, not the caches ------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "timeout_s": self.timeout_s}
+        return {"url": self._given_url, "timeout_s": self.timeout_s, "config": self.config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], timeout_s=state["timeout_s"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["url"], timeout_s=state["timeout_s"], config=state.get("config")
+        )
 
     def __repr__(self) -> str:
         return f"SchemaRegistryClient({self.url!r})"
@@ -159,14 +184,14 @@ class SchemaRegistryClient:
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": CONTENT_TYPE, "Accept": f"{CONTENT_TYPE}, application/json"},
-        )
+        headers = {"Content-Type": CONTENT_TYPE, "Accept": f"{CONTENT_TYPE}, application/json"}
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(
+                request, timeout=self.timeout_s, context=self._ssl_context
+            ) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             raise _error_from(exc, method, path) from None
@@ -181,6 +206,54 @@ class SchemaRegistryClient:
             raise SchemaRegistryError(
                 f"the schema registry at {self.url} answered {method} {path} with non-JSON: {exc}"
             ) from None
+
+
+def _setting(config: Mapping[str, str], name: str) -> str | None:
+    """A property, spelled with or without the ``schema.registry.`` prefix."""
+    value = config.get(name)
+    return config.get(_PREFIX + name) if value is None else value
+
+
+def _address_and_credentials(url: str, config: Mapping[str, str]) -> tuple[str, str | None]:
+    """The URL without credentials, and the ``Authorization`` header value (or None)."""
+    for key in config:
+        if key.removeprefix(_PREFIX) not in SECURITY_PROPERTIES:
+            raise ConfigError(key, "not a schema registry client property; known: "
+                              + ", ".join(sorted(SECURITY_PROPERTIES)))  # fmt: skip
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("url", f"{url!r} is not an http:// or https:// URL")
+    in_url = None
+    if parts.username is not None:
+        in_url = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    user_info = _setting(config, "basic.auth.user.info")
+    default_source = "USER_INFO" if user_info is not None else "URL"
+    source = (_setting(config, "basic.auth.credentials.source") or default_source).upper()
+    if source == "USER_INFO":
+        if user_info is None or ":" not in user_info:
+            raise ConfigError(
+                "basic.auth.user.info", "must be 'user:password' with credentials source USER_INFO"
+            )
+        credentials: str | None = user_info
+    elif source == "URL":
+        credentials = in_url
+    else:
+        raise ConfigError("basic.auth.credentials.source", f"{source!r} is not USER_INFO or URL")
+    if credentials is None:
+        return url, None
+    return url, "Basic " + base64.b64encode(credentials.encode()).decode("ascii")
+
+
+def _ssl_context(url: str, config: Mapping[str, str]) -> ssl.SSLContext | None:
+    """For https: the system's trust store, or only ``ssl.ca.location``'s CAs when set."""
+    ca = _setting(config, "ssl.ca.location")
+    if not url.startswith("https://"):
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("ssl.ca.location", f"cannot load {ca}: {exc}") from None
 
 
 def _segment(value: str) -> str:

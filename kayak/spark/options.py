@@ -7,7 +7,12 @@ cluster (does a topic in ``assign`` exist?) are checked on first use, on the dri
 ``kafka.*`` needs kayak's client, whose import would add about a second to every ``load()``.)
 
 ``kafka.*`` options are Kafka client properties: the prefix is dropped and the rest goes to
-kayak's client configuration (which uses Kafka's property names). A property that none of
+kayak's client configuration (which uses Kafka's property names). That includes security, as
+Spark's Kafka source spells it: ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location`` (PEM, with
+``kafka.ssl.truststore.type=PEM``) or ``kafka.ssl.ca.location``, ... Those files must exist
+at the same path on every executor. The options are kept out of ``repr``s (they may hold
+passwords). A property that none of
 kayak's clients knows is an error; one only another client kind knows (``kafka.acks`` on a
 reader) is ignored there, because Spark users share one option set between readers and
 writers. Properties the source itself must control (``group.id``, ``auto.offset.reset``,
@@ -139,7 +144,8 @@ class ReadOptions:
     min_partitions: int | None
     max_records_per_partition: int | None
     poll_timeout_ms: int
-    client: dict[str, str]  # kafka.* properties, prefix removed
+    # kafka.* properties, prefix removed; out of repr: they may hold passwords (sasl.*, ssl.*)
+    client: dict[str, str] = field(repr=False)
 
     def consumer_config(self) -> dict[str, object]:
         """The executor consumer's configuration: assignment only, no group, no resets."""
@@ -190,7 +196,7 @@ class WriteOptions:
 
     bootstrap_servers: str
     topic: str | None
-    client: dict[str, str]
+    client: dict[str, str] = field(repr=False)  # may hold passwords
 
     def producer_config(self) -> dict[str, object]:
         """The producer's configuration: acks=all and idempotence unless set otherwise."""

@@ -319,6 +319,7 @@ def test_message_max_bytes_points_at_max_request_size() -> None:
         ("[2001:db8::7348]:5678,10.0.0.1:9092", [("2001:db8::7348", 5678), ("10.0.0.1", 9092)]),
         ("[fe80::b1da:69ca:57f7:63d8%3]:5678", [("fe80::b1da:69ca:57f7:63d8%3", 5678)]),
         ("PLAINTEXT://broker:9092", [("broker", 9092)]),
+        ("SASL_SSL://broker:9093", [("broker", 9093)]),
     ],
 )
 def test_bootstrap_servers_are_parsed(value: object, expected: list[tuple[str, int]]) -> None:
@@ -340,7 +341,7 @@ def test_bootstrap_servers_are_parsed(value: object, expected: list[tuple[str, i
         ("[::1:9092", "has no ']'"),
         ("[::1]", r"has no port; expected \[address\]:port"),
         ("[nope]:9092", "is not an IPv6 address"),
-        ("SSL://broker:9093", "only PLAINTEXT"),
+        ("TLS://broker:9093", "is not a Kafka listener"),
         ("", "is empty"),
         (" , ", "is empty"),
         ([], "is empty"),
@@ -362,11 +363,10 @@ def test_bootstrap_servers_are_required() -> None:
         assert info.value.name == "bootstrap.servers"
 
 
-def test_only_plaintext_is_supported_for_now() -> None:
+def test_security_protocols_are_kafkas_four() -> None:
     assert producer(security_protocol="plaintext").security_protocol == "PLAINTEXT"
-    for protocol in ("SSL", "sasl_plaintext", "SASL_SSL"):
-        with pytest.raises(ConfigError, match="not supported by kayak yet; only PLAINTEXT"):
-            producer(security_protocol=protocol)
+    assert producer(security_protocol="ssl").security_protocol == "SSL"
+    # (SASL_* protocols need credentials: tests/client/test_security_config.py)
     with pytest.raises(ConfigError, match="is not a security protocol"):
         producer(security_protocol="TLS")
 

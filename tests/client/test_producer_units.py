@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from kayak.client.producer.accumulator import BufferMemory, PartitionQueue, ProducerBatch, _restamp
+from kayak.client.producer.accumulator import BufferMemory
+from kayak.client.producer.batch import PartitionQueue, ProducerBatch, _restamp
 from kayak.client.producer.producer import _chunk_ends
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList, StoredRun
 from kayak.errors import KafkaTimeoutError

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import re
+import ssl
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ import pytest
 
 from tests.broker.conftest import BrokerProcess
 
-_REGISTRY = re.compile(r"schema registry on (http://[\d.]+:\d+)")
+_REGISTRY = re.compile(r"schema registry on (https?://[\d.]+:\d+)")
 
 
 def registry_url(broker: BrokerProcess) -> str:
@@ -35,13 +37,26 @@ class Answer:
 
 
 def call(url: str, method: str, path: str, body: Any = None, raw: bytes | None = None,
-         headers: dict[str, str] | None = None) -> Answer:  # fmt: skip
-    """One HTTP request on a fresh connection; the answer's JSON (or None if not JSON)."""
+         headers: dict[str, str] | None = None, *, auth: tuple[str, str] | None = None,
+         tls: ssl.SSLContext | None = None) -> Answer:  # fmt: skip
+    """One HTTP(S) request on a fresh connection; the answer's JSON (or None if not JSON).
+
+    ``auth``: (user, password) for HTTP basic; ``tls``: the client context for https URLs.
+    """
     parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        connection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=10, context=tls
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     try:
         payload = raw if raw is not None else None if body is None else json.dumps(body).encode()
         sent = {"Content-Type": "application/vnd.schemaregistry.v1+json", **(headers or {})}
+        if auth is not None:
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            sent["Authorization"] = f"Basic {token}"
         connection.request(method, path, body=payload, headers=sent)
         response = connection.getresponse()
         data = response.read()

@@ -55,6 +55,7 @@ from kayak.client.connection import BrokerConnection
 from kayak.client.consumer.completed import AbortedTransactions, CompletedFetch
 from kayak.client.consumer.records import ConsumerRecord
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
+from kayak.client.security.errors import is_authentication_error
 from kayak.client.types import TopicPartition
 from kayak.errors import (
     ErrorClass,
@@ -246,6 +247,10 @@ class Fetcher:
         except (KayakError, OSError) as exc:
             if not self._closed:
                 log.info("fetch from broker %d failed: %s", node, exc)
+                if is_authentication_error(exc) and not self._errors:
+                    # Credentials or certificates refused: the next poll raises it (as Java's
+                    # consumer does), and fetching is retried after the backoff.
+                    self._errors.append(exc)
                 self._back_off([w.state for w in wanted if w.is_current], refresh=True)
         except asyncio.CancelledError:
             for w in wanted:

@@ -23,7 +23,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from kayak.client.backoff import backoff_from_config
 from kayak.client.cluster import Cluster
@@ -40,6 +40,7 @@ from kayak.client.consumer.assignors import (
 from kayak.client.consumer.errors import CommitFailedError
 from kayak.client.consumer.listener import call_listener
 from kayak.client.consumer.subscription import SubscriptionState
+from kayak.client.security.errors import is_authentication_error
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.errors import (
     ErrorClass,
@@ -86,6 +87,12 @@ _MEMBERSHIP_GONE = frozenset(
     {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
 )
 T = TypeVar("T")
+
+
+def _is_fatal(exc: BaseException) -> TypeGuard[KayakError]:
+    """Not worth retrying: a fatal Kafka error, or refused credentials or certificates."""
+    fatal_code = isinstance(exc, KafkaError) and exc.error_class is ErrorClass.FATAL
+    return fatal_code or is_authentication_error(exc)
 
 
 class MemberState(enum.Enum):
@@ -215,7 +222,7 @@ class GroupMember:
                 await self._join_and_sync()
                 attempt = 0
             except (KayakError, OSError) as exc:
-                if isinstance(exc, KafkaError) and exc.error_class is ErrorClass.FATAL:
+                if _is_fatal(exc):
                     log.error("group %s: %s", self.group_id, exc)
                     self.error = exc  # raised from the next poll; joining goes on
                 else:
@@ -488,7 +495,7 @@ class GroupMember:
             except _Retry as exc:
                 log.debug("group %s: %s", self.group_id, exc)
             except (KayakError, OSError) as exc:
-                if isinstance(exc, KafkaError) and exc.error_class is ErrorClass.FATAL:
+                if _is_fatal(exc):
                     raise
                 log.debug("group %s: finding the coordinator: %s", self.group_id, exc)
             await asyncio.sleep(self._backoff.delay(min(attempt, 10)))
@@ -519,6 +526,7 @@ class GroupMember:
             node_id=found.node_id,
             client_id=self._config.client_id,
             request_timeout_ms=self._config.request_timeout_ms,
+            security=self._cluster.security,
         )
         await coordinator.connect(self._config.socket_connection_setup_timeout_ms / 1000)
         log.debug("group %s: coordinator is broker %d", self.group_id, found.node_id)
@@ -654,7 +662,7 @@ class GroupMember:
             except _Retry as exc:
                 log.debug("group %s: %s; retrying", self.group_id, exc)
             except (KayakError, OSError) as exc:
-                if isinstance(exc, KafkaError) and exc.error_class is ErrorClass.FATAL:
+                if _is_fatal(exc):
                     raise
                 if isinstance(exc, CommitFailedError):
                     raise

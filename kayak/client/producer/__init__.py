@@ -8,7 +8,8 @@
         metadata = await producer.send_and_wait("events", b"hello")
 
 Modules, by data path: :mod:`~.producer` (the API), :mod:`~.accumulator` (records gathered
-into per-partition batches, ``buffer.memory``), :mod:`~.sender` (one produce loop per broker,
+into per-partition batches, ``buffer.memory``), :mod:`~.batch` (a partition's batches and
+their sequence state), :mod:`~.sender` (one produce loop per broker,
 retries, metadata refresh), :mod:`~.idempotence` (producer id, epoch and sequences),
 :mod:`~.record_metadata` (what ``send`` resolves to).
 """

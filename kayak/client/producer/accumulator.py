@@ -8,8 +8,13 @@ partition per request, and encodes each in one pass with ``build_record_batch`` 
 appending costs a few list appends, not an encoding step per record.
 
 Memory is bounded by ``buffer.memory``: every record is charged its encoded size plus what its
-future and bookkeeping take (:data:`RECORD_MEMORY_OVERHEAD`) when appended, and the charge is
-returned when its batch completes; ``send`` waits for room, at most ``max.block.ms``.
+future and bookkeeping take (:data:`~kayak.client.producer.batch.RECORD_MEMORY_OVERHEAD`) when
+appended, and the charge is returned when its batch completes; ``send`` waits for room, at most
+``max.block.ms``.
+
+The batches themselves, :class:`~kayak.client.producer.batch.ProducerBatch` and
+:class:`~kayak.client.producer.batch.PartitionQueue`, live in :mod:`~kayak.client.producer.batch`
+(re-exported here).
 
 Batches that fail with a retriable error go back to the front of their partition, in the order
 they were first made, and wait ``retry.backoff.ms`` (growing); the idempotence rules of
@@ -22,24 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
-from typing import Protocol
 
-import crc32c
-
-from kayak.client.producer.idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceManager
-from kayak.client.producer.record_metadata import (
-    UNKNOWN_OFFSET,
-    RecordMetadata,
-    RecordMetadataList,
-    StoredRun,
+from kayak.client.producer.batch import (
+    RECORD_MEMORY_OVERHEAD,
+    BulkSend,
+    HeaderList,
+    PartitionQueue,
+    ProducerBatch,
+    Value,
 )
+from kayak.client.producer.idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceManager
 from kayak.errors import KafkaTimeoutError
-from kayak.protocol.records import BATCH_HEADER_SIZE, Codec, build_record_batch
-from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS, NO_SEQUENCE
+from kayak.protocol.records import Codec
+from kayak.protocol.records.record import NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -57,357 +59,6 @@ RECORD_OVERHEAD = 11
 """Bytes a record adds to a batch besides its key, value and headers: length, attributes,
 timestamp and offset deltas, key and value lengths, header count. Exact for values and keys
 under 8 KiB in batches of under 8,192 records spanning less than 8 s; an estimate otherwise."""
-
-RECORD_MEMORY_OVERHEAD = 120
-"""Bytes charged to ``buffer.memory`` per record sent with ``send``, for its future and the
-slots that hold it until the batch is encoded, so that the bound holds for tiny records too."""
-
-# Where the idempotence fields sit in a v2 batch: producer id, producer epoch, base sequence.
-_PRODUCER_STATE_POS = 43
-_PRODUCER_STATE = struct.Struct(">qhi")
-
-Value = bytes | bytearray | memoryview | None
-HeaderList = Sequence[tuple[str, bytes | None]]
-
-
-class SenderHandle(Protocol):
-    """What the accumulator tells the sender of the broker leading a partition."""
-
-    def batch_ready(self) -> None:
-        """A batch of one of its partitions is ready: drain soon."""
-
-    def batch_opened(self, ready_at: float) -> None:
-        """A batch was opened; it will be ready at ``ready_at`` (loop time) at the latest."""
-
-    def wake_at(self, when: float) -> None:
-        """Drain again at loop time ``when``."""
-
-
-class BulkSend:
-    """The one future of a ``send_batch`` call, completed when all of its batches are."""
-
-    __slots__ = ("_failed", "_pending", "_runs", "count", "future", "topic")
-
-    def __init__(self, topic: str, count: int, future: asyncio.Future[RecordMetadataList]) -> None:
-        self.topic = topic
-        self.count = count
-        self.future = future
-        self._runs: list[StoredRun] = []
-        self._pending = 0
-        self._failed = False
-
-    def add_batch(self) -> None:
-        self._pending += 1
-
-    def batch_stored(self, run: StoredRun) -> None:
-        self._runs.append(run)
-        self._pending -= 1
-        if self._pending == 0 and not self._failed and not self.future.done():
-            self.future.set_result(RecordMetadataList(self.topic, self._runs, self.count))
-
-    def abandon(self, error: BaseException) -> None:
-        """``send_batch`` itself failed part-way: fail the future now (the caller has the
-        error); batches already queued are still sent."""
-        self._failed = True
-        if not self.future.done():
-            self.future.set_exception(error)
-            self.future.exception()
-
-    def batch_failed(self, error: BaseException) -> None:
-        self._pending -= 1
-        self._failed = True
-        if not self.future.done():
-            self.future.set_exception(error)
-            self.future.exception()  # logged once per batch instead of "never retrieved"
-
-
-class ProducerBatch:
-    """Records for one partition, sent and acknowledged together."""
-
-    __slots__ = (
-        "attempts",
-        "base_sequence",
-        "bulk",
-        "bulk_charge",
-        "created_at",
-        "deadline",
-        "done",
-        "futures",
-        "headers",
-        "in_flight",
-        "keys",
-        "last_error",
-        "order",
-        "plain",
-        "positions",
-        "producer_epoch",
-        "producer_id",
-        "queue",
-        "record_count",
-        "records",
-        "retry_at",
-        "size",
-        "timestamp",
-        "timestamps",
-        "values",
-        "waiters",
-    )
-
-    def __init__(
-        self, queue: PartitionQueue, order: int, created_at: float, deadline: float, timestamp: int
-    ) -> None:
-        self.queue = queue
-        self.order = order  # creation order: retried batches go back in this order
-        self.created_at = created_at
-        self.deadline = deadline
-        self.values: list[Value] = []
-        self.keys: list[Value] | None = None
-        self.headers: list[HeaderList | None] | None = None
-        # Record timestamps: ``timestamp`` for all of them, until one differs; then one each.
-        self.timestamps: list[int] | None = None
-        self.timestamp = timestamp
-        self.futures: list[asyncio.Future[RecordMetadata]] | None = []
-        self.bulk: BulkSend | None = None
-        self.positions: range | list[int] = range(0)
-        self.record_count = 0
-        self.size = BATCH_HEADER_SIZE  # encoded size estimate, uncompressed
-        self.plain = True  # no record has a key or headers (yet)
-        self.bulk_charge = 0
-        self.records: bytes | bytearray | None = None  # encoded, once drained
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.base_sequence = NO_SEQUENCE
-        self.attempts = 0
-        self.retry_at = 0.0
-        self.in_flight = False
-        self.done = False
-        self.last_error: BaseException | None = None
-        self.waiters: list[asyncio.Future[None]] | None = None
-
-    def __repr__(self) -> str:
-        return (
-            f"<ProducerBatch {self.queue.topic}-{self.queue.partition} #{self.order} "
-            f"{self.record_count} records, seq {self.base_sequence}, attempt {self.attempts}>"
-        )
-
-    @property
-    def topic(self) -> str:
-        return self.queue.topic
-
-    @property
-    def partition(self) -> int:
-        return self.queue.partition
-
-    @property
-    def charge(self) -> int:
-        """What the batch holds of ``buffer.memory``: what ``send`` charged per record (its size
-        and RECORD_MEMORY_OVERHEAD), or what ``send_batch`` charged for the lot."""
-        if self.bulk is not None:
-            return self.bulk_charge
-        return self.size - BATCH_HEADER_SIZE + self.record_count * RECORD_MEMORY_OVERHEAD
-
-    def add_key_and_headers(self, key: bytes | None, headers: HeaderList | None) -> None:
-        """Record the key and headers of the record being appended (before ``record_count``
-        counts it). The lists exist only once some record has a key or headers: keyless
-        batches stay on ``build_record_batch``'s fast path."""
-        self.plain = False
-        if key is not None:
-            if self.keys is None:
-                self.keys = [None] * self.record_count
-            self.keys.append(key)
-        elif self.keys is not None:
-            self.keys.append(None)
-        if headers:
-            if self.headers is None:
-                self.headers = [None] * self.record_count
-            self.headers.append(headers)
-        elif self.headers is not None:
-            self.headers.append(None)
-
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        """Stamp the idempotence fields, rewriting them in an already encoded batch."""
-        self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self.base_sequence = base_sequence
-        if self.records is not None:
-            self.records = _restamp(self.records, producer_id, producer_epoch, base_sequence)
-
-    def encode(self, codec: Codec) -> bytes | bytearray:
-        """The batch as it goes on the wire (encoded once; retries reuse the bytes)."""
-        if self.records is None:
-            timestamp: int | list[int] = (
-                self.timestamps if self.timestamps is not None else self.timestamp
-            )
-            self.records = build_record_batch(
-                self.values,
-                self.keys,
-                self.headers,
-                timestamp=timestamp,
-                codec=codec,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=self.base_sequence,
-            )
-            # The encoded bytes are all a retry needs; drop the records' own objects.
-            self.values, self.keys, self.headers = [], None, None
-        return self.records
-
-    def wait(self) -> asyncio.Future[None]:
-        """A future done when the batch is (flush waits on these)."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.done:
-            future.set_result(None)
-        else:
-            if self.waiters is None:
-                self.waiters = []
-            self.waiters.append(future)
-        return future
-
-    def _finish(self) -> None:
-        self.done = True
-        # Let go of everything: futures nobody else holds die now, not with the batch.
-        self.values, self.keys, self.headers, self.records = [], None, None, None
-        self.futures, self.timestamps = None, None
-        for waiter in self.waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def succeed(self, base_offset: int, log_append_time: int) -> None:
-        """Resolve every record's future (offsets from ``base_offset``; -1 if unknown)."""
-        topic, partition = self.queue.topic, self.queue.partition
-        futures = self.futures
-        if futures:
-            count = len(futures)
-            if base_offset >= 0:
-                offsets: Iterable[int] = range(base_offset, base_offset + count)
-            else:
-                offsets = repeat(UNKNOWN_OFFSET, count)
-            # One RecordMetadata and one set_result per record, both looped in C.
-            metadata = map(
-                _new_tuple,
-                repeat(RecordMetadata),
-                zip(
-                    repeat(topic),
-                    repeat(partition),
-                    offsets,
-                    self._record_timestamps(count, log_append_time),
-                ),
-            )
-            try:
-                _exhaust(map(_set_result, futures, metadata))
-            except asyncio.InvalidStateError:  # a caller cancelled a future: go one by one
-                _resolve_remaining(
-                    futures,
-                    topic,
-                    partition,
-                    base_offset,
-                    self._record_timestamps(count, log_append_time),
-                )
-        if self.bulk is not None:
-            timestamp = log_append_time if log_append_time >= 0 else self.timestamp
-            self.bulk.batch_stored(StoredRun(self.positions, partition, base_offset, timestamp))
-        self._finish()
-
-    def _record_timestamps(self, count: int, log_append_time: int) -> Iterable[int]:
-        if log_append_time >= 0:
-            return repeat(log_append_time, count)
-        if self.timestamps is not None:
-            return self.timestamps
-        return repeat(self.timestamp, count)
-
-    def fail(self, error: BaseException) -> None:
-        """Fail every record's future with ``error``."""
-        for future in self.futures or ():
-            if not future.done():
-                future.set_exception(error)
-                # Callers who never look would each get a "never retrieved" log line; the
-                # failure is logged once per batch instead.
-                future.exception()
-        if self.bulk is not None:
-            self.bulk.batch_failed(error)
-        self._finish()
-
-
-_new_tuple = tuple.__new__
-_set_result = asyncio.Future.set_result
-_sink: deque[object] = deque(maxlen=0)
-_exhaust = _sink.extend  # runs an iterator to its end in C, keeping nothing
-
-
-def _resolve_remaining(
-    futures: list[asyncio.Future[RecordMetadata]],
-    topic: str,
-    partition: int,
-    base_offset: int,
-    timestamps: Iterable[int],
-) -> None:
-    for index, (future, timestamp) in enumerate(zip(futures, timestamps, strict=False)):
-        if not future.done():
-            offset = base_offset + index if base_offset >= 0 else UNKNOWN_OFFSET
-            future.set_result(RecordMetadata(topic, partition, offset, timestamp))
-
-
-def _restamp(records: bytes | bytearray, producer_id: int, epoch: int, sequence: int) -> bytearray:
-    """``records`` with new idempotence fields and the CRC-32C recomputed over them."""
-    buffer = bytearray(records)
-    _PRODUCER_STATE.pack_into(buffer, _PRODUCER_STATE_POS, producer_id, epoch, sequence)
-    crc = crc32c.crc32c(memoryview(buffer)[ATTRIBUTES_POS:])
-    struct.pack_into(">I", buffer, CRC_POS, crc)
-    return buffer
-
-
-class PartitionQueue:
-    """One partition's batches: closed ones waiting in order, then the open one."""
-
-    __slots__ = (
-        "batches",
-        "in_flight",
-        "in_flight_to",
-        "last_acked_sequence",
-        "leader",
-        "next_sequence",
-        "open",
-        "partition",
-        "sender",
-        "topic",
-    )
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.batches: deque[ProducerBatch] = deque()
-        self.open: ProducerBatch | None = None
-        self.leader = -1
-        self.sender: SenderHandle | None = None
-        self.in_flight = 0  # batches sent, not yet answered
-        self.in_flight_to = -1  # the broker they went to
-        self.next_sequence = 0
-        self.last_acked_sequence = -1
-
-    def __repr__(self) -> str:
-        return f"<PartitionQueue {self.topic}-{self.partition} leader={self.leader}>"
-
-    @property
-    def has_data(self) -> bool:
-        return bool(self.batches) or self.open is not None
-
-    def requeue(self, batch: ProducerBatch) -> None:
-        """Put a batch back in creation order (before the batches made after it)."""
-        batches = self.batches
-        if not batches or batches[-1].order < batch.order:
-            batches.append(batch)
-            return
-        index = 0
-        for index, queued in enumerate(batches):  # noqa: B007 - index is used after the loop
-            if queued.order > batch.order:
-                break
-        batches.insert(index, batch)
-
-    def reset_sequences(self) -> None:
-        """A new epoch: every unacknowledged batch is numbered again from 0 when drained."""
-        self.next_sequence = 0
-        self.last_acked_sequence = -1
-        for batch in self.batches:
-            batch.base_sequence = NO_SEQUENCE
 
 
 class BufferMemory:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from kayak.client.backoff import BackoffStrategy, Deadline
 from kayak.client.cluster import Cluster
+from kayak.client.producer.batch import PartitionQueue, ProducerBatch
 from kayak.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -36,9 +36,6 @@ from kayak.errors import (
 )
 from kayak.protocol.messages import InitProducerIdRequest
 from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse
-
-if TYPE_CHECKING:
-    from kayak.client.producer.accumulator import PartitionQueue, ProducerBatch
 
 log = logging.getLogger(__name__)
 

@@ -44,14 +44,12 @@ from kayak.client.partitioner import (
     Partitioner,
     StickyPartitioner,
 )
-from kayak.client.producer.accumulator import (
+from kayak.client.producer.accumulator import RECORD_OVERHEAD, BufferMemory, RecordAccumulator
+from kayak.client.producer.batch import (
     RECORD_MEMORY_OVERHEAD,
-    RECORD_OVERHEAD,
-    BufferMemory,
     BulkSend,
     HeaderList,
     ProducerBatch,
-    RecordAccumulator,
     Value,
 )
 from kayak.client.producer.idempotence import IdempotenceManager

@@ -26,14 +26,10 @@ from kayak.client.backoff import BackoffStrategy, Deadline
 from kayak.client.cluster import Cluster, ClusterMetadata
 from kayak.client.config import ProducerConfig
 from kayak.client.connection import BrokerConnection, RecordsView
-from kayak.client.producer.accumulator import (
-    PartitionQueue,
-    ProducerBatch,
-    RecordAccumulator,
-    describe_failure,
-    expired,
-)
+from kayak.client.producer.accumulator import RecordAccumulator, describe_failure, expired
+from kayak.client.producer.batch import PartitionQueue, ProducerBatch
 from kayak.client.producer.idempotence import IdempotenceManager
+from kayak.client.security.errors import is_authentication_error
 from kayak.errors import (
     ErrorCode,
     KafkaError,
@@ -141,6 +137,11 @@ class BrokerSender:
                 self._owner.fail_queues(self.queues, exc)
                 continue
             except KayakError as exc:
+                if is_authentication_error(exc):
+                    # Credentials or certificates refused: retrying cannot help, and the
+                    # user should hear now, not at delivery.timeout.ms.
+                    self._owner.fail_queues(self.queues, exc)
+                    continue
                 failures += 1
                 self._owner.connection_failed(self, exc)
                 await asyncio.sleep(self._owner.backoff.delay(failures - 1))

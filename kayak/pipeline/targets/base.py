@@ -1,10 +1,13 @@
-"""The interface every target implements, and how a target is named on the command line.
+"""The interface every target implements, and the helpers the targets share.
 
 Applying is idempotent and never goes backwards: every target keeps, beside the replicated
 tables, one table ``kayak_apply_positions`` with the source position last applied to each key
 (deleted keys included, so a replayed older insert cannot bring a deleted row back). A change
 is applied only if its position is greater than the stored one, in the same transaction that
 writes the row, so a replayed micro-batch changes nothing.
+
+A target is chosen by URL in :mod:`~kayak.pipeline.targets.factory` (``open_target``), which
+imports the concrete targets; this module imports none of them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, Protocol
 
 from kayak.cdc.change import Row, TableSchema
 
-__all__ = ["POSITIONS_TABLE", "AppliedChange", "Target", "key_text", "open_target"]
+__all__ = ["POSITIONS_TABLE", "AppliedChange", "Target", "key_text"]
 
 POSITIONS_TABLE = "kayak_apply_positions"
 
@@ -67,19 +70,6 @@ class Target(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_target(url: str) -> Target:
-    """``sqlite:PATH`` or ``postgresql://…`` (any libpq URL) → a connected target."""
-    if url.startswith("sqlite:"):
-        from kayak.pipeline.targets.sqlite import SqliteTarget
-
-        return SqliteTarget(url.removeprefix("sqlite:").removeprefix("//"))
-    if url.startswith(("postgresql://", "postgres://")):
-        from kayak.pipeline.targets.postgres import PostgresTarget
-
-        return PostgresTarget(url)  # type: ignore[no-any-return, unused-ignore]
-    raise ValueError(f"target must be sqlite:PATH or postgresql://…, not {url!r}")
 
 
 def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
