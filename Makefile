@@ -57,8 +57,11 @@ typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing; that must fail the build, never pass it.
+# Test files are spread over PYTEST_WORKERS processes (pytest-xdist), each file kept whole so
+# its module fixtures start once; most tests wait on sockets and subprocesses, not the CPU.
+PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.dev-installed system-deps
-	@$(BIN)/pytest; rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 generate: $(BIN)/python

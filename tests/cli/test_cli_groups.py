@@ -65,8 +65,10 @@ def test_describe_a_live_group(kayak_broker: RunningBroker) -> None:
     assert listed.exit_code == 0
     assert table_rows(listed.output) == [["dashboards", "Stable", "consumer", "0"]]
     assert described.exit_code == 0, described.output
-    assert "dashboards  state Stable  protocol range (consumer)" in described.output
-    assert "members 1  total lag 13" in described.output
+    # the summary line may wrap where the terminal is narrow: compare words, not layout
+    words = " ".join(described.output.split())
+    assert "dashboards state Stable protocol range (consumer)" in words
+    assert "members 1 total lag 13" in words
     members, partitions = _split(table_rows(described.output))
     (row,) = members
     assert row[1:] == ["dash-1", "127.0.0.1", "clicks[0,1,2]"]
