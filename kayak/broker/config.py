@@ -51,6 +51,9 @@ class BrokerConfig:
     connections_max_reauth_ms: int = 0  # connections.max.reauth.ms; 0: no re-authentication
     # connection.failed.authentication.delay.ms: a failed login is answered after this delay
     connection_failed_authentication_delay_ms: int = 100
+    # sasl.server.max.receive.size: the largest request a SASL listener accepts from a client
+    # that has not authenticated yet (then socket.request.max.bytes applies)
+    sasl_server_max_receive_size: int = 524_288
     super_users: tuple[str, ...] = ()  # super.users, as principals: ("User:admin",)
     # allow.everyone.if.no.acl.found; None: true only when every listener is PLAINTEXT
     allow_everyone_if_no_acl_found: bool | None = None
@@ -78,6 +81,8 @@ class BrokerConfig:
             raise ConfigError("num.partitions", "must be at least 1")
         if self.socket_request_max_bytes < 1024:
             raise ConfigError("socket.request.max.bytes", "must be at least 1024")
+        if self.sasl_server_max_receive_size < 1024:
+            raise ConfigError("sasl.server.max.receive.size", "must be at least 1024")
         if self.max_connections < 1:
             raise ConfigError("max.connections", "must be at least 1")
         for mechanism in self.sasl_enabled_mechanisms:

@@ -34,7 +34,7 @@ from kayak.broker.security.listeners import Listener
 from kayak.broker.security.session import ConnectionSession
 from kayak.broker.security.tls import principal_from_peercert
 from kayak.broker.versions import is_supported
-from kayak.errors import KafkaError, ProtocolError
+from kayak.errors import FrameTooLargeError, KafkaError, ProtocolError
 from kayak.protocol import RequestReceived, ServerConnection, UnsupportedRequest
 from kayak.protocol.message import Message
 from kayak.protocol.primitives import SplicedBuffer
@@ -167,11 +167,23 @@ class BrokerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_activity = now = time.monotonic()
+        # Authentication completes in a handler, and a client waits for that answer before
+        # sending more, so checking here is early enough to raise the limit for what follows.
+        self._protocol.max_frame_size = self._frame_limit()
         self._protocol.receive_data(data)
         completed = False
         while not self._closed:
             try:
                 event = self._protocol.next_event()
+            except FrameTooLargeError as exc:
+                log.warning(
+                    "closing connection from %s: %s (%s)",
+                    self._client_host,
+                    exc,
+                    self._frame_limit_name(),
+                )
+                self.close()
+                return
             except ProtocolError as exc:
                 log.warning("closing connection from %s: %s", self._client_host, exc)
                 self.close()
@@ -184,6 +196,24 @@ class BrokerConnection(asyncio.Protocol):
             self._receiving_since = 0.0
         elif completed or not self._receiving_since:
             self._receiving_since = now  # the bytes left over begin the next request
+
+    def _frame_limit(self) -> int:
+        """The largest request accepted now: sasl.server.max.receive.size until the session
+        has authenticated (an anonymous peer cannot make us buffer much), then
+        socket.request.max.bytes."""
+        config = self.broker.config
+        if self.session.authenticated:
+            return config.socket_request_max_bytes
+        return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes)
+
+    def _frame_limit_name(self) -> str:
+        config = self.broker.config
+        if (
+            not self.session.authenticated
+            and config.sasl_server_max_receive_size < config.socket_request_max_bytes
+        ):
+            return "sasl.server.max.receive.size, before SASL authentication"
+        return "socket.request.max.bytes"
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -390,4 +420,3 @@ class BrokerConnection(asyncio.Protocol):
 def _resolve(ready: asyncio.Future[None]) -> None:
     if not ready.done():
         ready.set_result(None)
-

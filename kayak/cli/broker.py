@@ -35,14 +35,49 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
+def _is_principal(text: str) -> bool:
+    try:
+        Principal.parse(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def _semicolon_list(value: str | None, *, bare_names: bool) -> tuple[str, ...]:
+    """A ``;``-separated list, as Kafka separates ``super.users``: a certificate principal
+    (``User:CN=admin,O=acme``) holds commas. A value that reads as a comma-separated list
+    of entries is refused rather than taken as one odd principal."""
+    text = value or ""
+    entries = tuple(part.strip() for part in text.split(";") if part.strip())
+    if ";" not in text and "," in text:
+        parts = [part for part in text.split(",") if part.strip()]
+        if all(_is_principal(part) for part in parts) or (
+            bare_names and not any(":" in part for part in parts)
+        ):
+            raise click.BadParameter(
+                f"{text!r} looks like a comma-separated list; separate entries with ';' "
+                "(a certificate principal may contain commas), e.g. 'User:alice;User:bob'"
+            )
+    return entries
+
+
 def _principals(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
-    names = _names(ctx, param, value)
+    """``User:alice;User:CN=admin,O=acme``: principals separated by ``;``."""
+    names = _semicolon_list(value, bare_names=False)
     for name in names:
         try:
             Principal.parse(name)
         except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
+            hint = ""
+            if value and "," in value and ";" not in value:
+                hint = "; separate principals with ';', not ','"
+            raise click.BadParameter(f"{exc}{hint}") from None
     return names
+
+
+def _writers(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+    """``alice;User:bob``: user names or principals separated by ``;``."""
+    return _semicolon_list(value, bare_names=True)
 
 
 def _mechanisms(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
@@ -126,6 +161,14 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
     help="socket.request.max.bytes: larger requests close the connection.",
 )
 @click.option(
+    "--sasl-server-max-receive-size",
+    type=click.IntRange(1024),
+    default=524_288,
+    show_default=True,
+    help="sasl.server.max.receive.size: on SASL listeners, a larger request before "
+    "authentication closes the connection.",
+)
+@click.option(
     "--retention-check-interval-ms",
     type=click.IntRange(1),
     default=300_000,
@@ -166,8 +209,9 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
               show_default=True,
               help="connections.max.reauth.ms: SASL sessions must re-authenticate within "
               "this (KIP-368); 0: never.")  # fmt: skip
-@click.option("--super-users", default=None, callback=_principals, metavar="User:NAME,...",
-              help="super.users: principals allowed everything, whatever the ACLs.")  # fmt: skip
+@click.option("--super-users", default=None, callback=_principals, metavar="User:NAME;...",
+              help="super.users: principals allowed everything, whatever the ACLs, separated "
+              "by ';' as in Kafka (e.g. 'User:admin;User:CN=ops,O=acme').")  # fmt: skip
 @click.option(
     "--allow-everyone-if-no-acl-found/--no-allow-everyone-if-no-acl-found",
     default=None,
@@ -185,8 +229,9 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
               "within this, else the connection is closed.")  # fmt: skip
 @click.option("--schema-registry-tls", is_flag=True, default=False,
               help="Serve the schema registry over HTTPS (the broker's certificate).")  # fmt: skip
-@click.option("--schema-registry-writers", default=None, callback=_names, metavar="USER,...",
-              help="Users who may register and delete schemas (others may only read).")  # fmt: skip
+@click.option("--schema-registry-writers", default=None, callback=_writers, metavar="USER;...",
+              help="Users who may register and delete schemas (others may only read), "
+              "separated by ';' (e.g. 'alice;bob').")  # fmt: skip
 @click.option(
     "--schema-registry-auth/--no-schema-registry-auth",
     default=None,
@@ -217,6 +262,7 @@ def broker(
     ssl_ca_location: Path | None,
     sasl_enabled_mechanisms: tuple[str, ...],
     connections_max_reauth_ms: int,
+    sasl_server_max_receive_size: int,
     super_users: tuple[str, ...],
     allow_everyone_if_no_acl_found: bool | None,
     connections_max_idle_ms: int,
@@ -240,6 +286,7 @@ def broker(
         "ssl_ca_location": ssl_ca_location,
         "sasl_enabled_mechanisms": sasl_enabled_mechanisms,
         "connections_max_reauth_ms": connections_max_reauth_ms,
+        "sasl_server_max_receive_size": sasl_server_max_receive_size,
         "super_users": super_users,
         "allow_everyone_if_no_acl_found": allow_everyone_if_no_acl_found,
         "connections_max_idle_ms": connections_max_idle_ms,

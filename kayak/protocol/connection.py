@@ -135,6 +135,19 @@ class ServerConnection:
         self._frames = FrameDecoder(max_frame_size)
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest request frame accepted; a larger size prefix raises at once.
+
+        Settable between events, e.g. small until a client has authenticated, then larger.
+        A new limit applies to the frame whose size prefix is checked next.
+        """
+        return self._frames.max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        self._frames.max_frame_size = value
+
+    @property
     def buffered(self) -> int:
         """Bytes of a request received but not yet complete (a request under way)."""
         return self._frames.buffered

@@ -22,7 +22,11 @@ def encode_frame(payload: Buffer) -> bytes:
 
 
 class FrameDecoder:
-    """Reassembles size-prefixed frames from arbitrary chunks of a byte stream."""
+    """Reassembles size-prefixed frames from arbitrary chunks of a byte stream.
+
+    ``max_frame_size`` may be changed between frames (say, raised once a peer has
+    authenticated); it applies to the next size prefix checked.
+    """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size

@@ -22,6 +22,7 @@ from kayak.broker.security.acls import (
 )
 from kayak.broker.security.acls.checks import allowed_on_cluster
 from kayak.broker.security.acls.model import validate_binding
+from kayak.broker.security.acls.store import AclStoreError
 from kayak.errors import ErrorCode
 from kayak.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
 from kayak.protocol.messages.create_acls_response import AclCreationResult, CreateAclsResponse
@@ -64,7 +65,11 @@ async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) ->
         else:
             results.append(AclCreationResult(ErrorCode.INVALID_REQUEST, problem))
     if valid:
-        authorizer.create(valid)
+        try:
+            authorizer.create(valid)
+        except AclStoreError as exc:  # a damaged acls.json: nothing was written
+            failed = AclCreationResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+            results = [failed if r.error_code == ErrorCode.NONE else r for r in results]
     return CreateAclsResponse(results=results)
 
 
@@ -113,7 +118,11 @@ async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) ->
         )
     assert authorizer is not None
     parsed = [_delete_filter(f) for f in request.filters]
-    deleted = iter(authorizer.delete(f for f in parsed if not isinstance(f, str)))
+    try:
+        deleted = iter(authorizer.delete(f for f in parsed if not isinstance(f, str)))
+    except AclStoreError as exc:  # a damaged acls.json: nothing was deleted
+        failed = DeleteAclsFilterResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+        return DeleteAclsResponse(filter_results=[failed for _ in request.filters])
     results: list[DeleteAclsFilterResult] = []
     for wanted in parsed:
         if isinstance(wanted, str):

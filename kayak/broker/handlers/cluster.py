@@ -107,12 +107,9 @@ def _describe(ctx: RequestContext, topic: Topic) -> MetadataResponseTopic:
 async def handle_describe_cluster(
     ctx: RequestContext, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
+    # Kafka answers every client (the brokers are in Metadata anyway); DESCRIBE on the
+    # cluster only governs include_cluster_authorized_operations, which kayak leaves unset.
     broker = ctx.broker
-    if not allowed_on_cluster(ctx, AclOperation.DESCRIBE):
-        return DescribeClusterResponse(
-            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-            error_message="not authorized to describe the cluster",
-        )
     return DescribeClusterResponse(
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
