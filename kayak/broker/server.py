@@ -229,9 +229,12 @@ class Broker:
         host = self.config.schema_registry_host or self.config.host
         port = self.config.schema_registry_port
         assert port is not None
+        authenticator = self.context.authenticator
         registry = SchemaRegistry(
             self.context.catalog, host, port,
             config=self.config, credentials=self.context.credentials,
+            # The SASL logins' limiter: HTTP basic auth is no way around it.
+            limiter=authenticator.limiter if authenticator is not None else None,
         )  # fmt: skip
         try:
             await registry.start()

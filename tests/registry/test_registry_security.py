@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import math
 import resource
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,7 +26,13 @@ from kayak.broker.security.credentials import CredentialStore
 from kayak.errors import SchemaRegistryError
 from kayak.serde import SchemaRegistryClient
 from tests.fixtures.certs import TlsFiles
-from tests.registry.conftest import RegistryBroker, call, record_schema, start_registry_broker
+from tests.registry.conftest import (
+    Answer,
+    RegistryBroker,
+    call,
+    record_schema,
+    start_registry_broker,
+)
 
 READER = ("reader", "reader-secret")
 WRITER = ("writer", "writer-secret")
@@ -241,6 +250,79 @@ def test_auth_is_on_by_default_with_a_sasl_listener(tmp_path: Path) -> None:
             assert answer.status == 200
 
     asyncio.run(scenario())
+
+
+# -- password guessing ------------------------------------------------------------------
+
+
+def test_password_guessing_is_rate_limited_with_the_sasl_limiter(tmp_path: Path) -> None:
+    from kayak.broker.security.listeners import Listener, SecurityProtocol
+
+    add_users(tmp_path)
+    listener = Listener(SecurityProtocol.SASL_PLAINTEXT, "127.0.0.1", 0)
+    guesses = 30
+
+    async def scenario() -> None:
+        async with Broker(tmp_path, listeners=(listener,), schema_registry_port=0) as broker:
+            url = broker.schema_registry_url
+            assert url is not None
+            assert broker.context is not None and broker.context.authenticator is not None
+            limiter = broker.context.authenticator.limiter  # the SASL logins' own
+
+            def guess(i: int) -> Answer:
+                return call(url, "GET", "/subjects", auth=(READER[0], f"guess-{i}"))
+
+            # The clients' own threads: the default pool is where the broker checks passwords.
+            loop = asyncio.get_running_loop()
+            started = time.monotonic()
+            with ThreadPoolExecutor(guesses) as clients:
+                answers = await asyncio.gather(
+                    *(loop.run_in_executor(clients, guess, i) for i in range(guesses))
+                )
+            elapsed = time.monotonic() - started
+            checked = [a for a in answers if a.status == 401]
+            limited = [a for a in answers if a.status == 429]
+            assert len(checked) + len(limited) == guesses
+            # A password is checked only under a token: the burst, plus what refilled meanwhile.
+            assert limiter.burst <= len(checked) <= limiter.burst + math.ceil(elapsed)
+            assert limited and all(int(a.headers["Retry-After"]) >= 1 for a in limited)
+            assert limited[0].document["error_code"] == 429
+            # The right password is not looked at while the address has no token, and SASL
+            # logins from it are limited too: the bucket is the same.
+            right = await asyncio.to_thread(call, url, "GET", "/subjects", auth=READER)
+            assert right.status == 429
+            assert not limiter.allows("127.0.0.1")
+            await asyncio.sleep(limiter.retry_after("127.0.0.1") + 0.05)
+            right = await asyncio.to_thread(call, url, "GET", "/subjects", auth=READER)
+            assert right.status == 200
+            # Remembered for a while: the next requests are served without another PBKDF2.
+            for _ in range(3):
+                again = await asyncio.to_thread(call, url, "GET", "/subjects", auth=READER)
+                assert again.status == 200
+
+    asyncio.run(scenario())
+
+
+def test_verified_passwords_expire_are_bounded_and_forgotten_when_users_change() -> None:
+    from kayak.broker.web.auth import VerifiedPasswords
+
+    now = [0.0]
+    version = [1]
+    verified = VerifiedPasswords(
+        ttl_s=60, max_entries=2, version=lambda: version[0], clock=lambda: now[0]
+    )
+    verified.add("alice", "a-secret")
+    assert verified.contains("alice", "a-secret")
+    assert not verified.contains("alice", "a-secre")
+    assert not verified.contains("bob", "a-secret")
+    now[0] = 61
+    assert not verified.contains("alice", "a-secret")  # expired
+    for user in ("alice", "bob", "carol"):
+        verified.add(user, "pw")
+    assert len(verified) == 2 and not verified.contains("alice", "pw")  # bounded
+    assert verified.contains("carol", "pw")
+    version[0] = 2  # the credential store changed (a password reset, a user deleted)
+    assert not verified.contains("carol", "pw") and len(verified) == 0
 
 
 # -- idle connections ---------------------------------------------------------------------

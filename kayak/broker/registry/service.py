@@ -10,6 +10,7 @@ from kayak.broker.log import FlushMode, GroupCommit
 from kayak.broker.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaRegistryApi
 from kayak.broker.registry.store import SchemaStore
 from kayak.broker.security.credentials import CredentialStore
+from kayak.broker.security.login_limiter import LoginLimiter
 from kayak.broker.web import PasswordVerifier, WebServer, broker_web_server
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ class SchemaRegistry:
     ``config`` says how it is secured (``schema_registry_tls``, ``registry_auth_required``,
     ``schema_registry_writers``, ``super_users``); ``credentials`` are the broker's SASL
     users, against which HTTP basic authentication is checked (when not given and
-    authentication is on, the store of ``config.data_dir`` is opened).
+    authentication is on, the store of ``config.data_dir`` is opened); ``limiter`` is the
+    broker's failed-login limiter, so that HTTP is no way around the SASL one.
     """
 
     def __init__(
@@ -32,12 +34,14 @@ class SchemaRegistry:
         *,
         config: BrokerConfig | None = None,
         credentials: PasswordVerifier | None = None,
+        limiter: LoginLimiter | None = None,
     ) -> None:
         self._catalog = catalog
         self._host = host
         self._port = port
         self._config = config or BrokerConfig()
         self._credentials = credentials
+        self._limiter = limiter
         # Its own group commit, always fsyncing: a registration is answered only once it is
         # on disk, whatever --flush says about produced records.
         self._commit = GroupCommit(FlushMode.GROUP)
@@ -53,6 +57,7 @@ class SchemaRegistry:
             web = broker_web_server(
                 self._config, self._host, self._port, credentials,
                 body_media_types=REQUEST_MEDIA_TYPES, error_content_type=CONTENT_TYPE,
+                limiter=self._limiter,
             )  # fmt: skip
             web.add_routes(SchemaRegistryApi(self.store).routes())
             await web.start()

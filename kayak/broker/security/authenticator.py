@@ -9,8 +9,10 @@ framing, which no current client (librdkafka, the Java client, kafka-python, aio
 to a broker that advertises SaslAuthenticate.
 
 A failed login is answered SASL_AUTHENTICATION_FAILED after
-``connection_failed_authentication_delay_ms`` and the connection is closed after that answer;
-failures are rate limited per client address (:mod:`~kayak.broker.security.login_limiter`).
+``connection_failed_authentication_delay_ms`` and the connection is closed after that answer.
+Logins are rate limited per client address (:mod:`~kayak.broker.security.login_limiter`): an
+exchange takes a token before its first step and holds it to the end (a SCRAM proof is
+checked under the token its first message took), giving it back only on success.
 A successful login sets the session's principal and, when ``connections_max_reauth_ms`` or a
 token's expiry bounds it, its lifetime (KIP-368); the client re-authenticates on the same
 connection, as the same principal, before it runs out.
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 
 from kayak.broker.config import BrokerConfig
 from kayak.broker.security.credentials import CredentialStore
-from kayak.broker.security.login_limiter import LoginLimiter
+from kayak.broker.security.login_limiter import LoginAttempt, LoginLimiter
 from kayak.broker.security.principal import Principal
 from kayak.broker.security.session import ConnectionSession
 from kayak.errors import (
@@ -50,6 +53,7 @@ ILLEGAL_SASL_STATE = IllegalSaslStateError.code
 SASL_AUTHENTICATION_FAILED = SaslAuthenticationFailedError.code
 UNSUPPORTED_SASL_MECHANISM = UnsupportedSaslMechanismError.code
 UNSUPPORTED_VERSION = UnsupportedVersionError.code
+INT64_MAX = 2**63 - 1  # session_lifetime_ms is an int64 on the wire
 
 
 @dataclass(eq=False)
@@ -61,6 +65,7 @@ class SaslExchange:
     scram: ScramServer | None = None
     steps: int = 0  # SaslAuthenticate requests received so far
     user: str = "?"  # as the client named itself, for the log
+    attempt: LoginAttempt | None = None  # the limiter's token, held from the first step
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +155,17 @@ class SaslAuthenticator:
         index = exchange.steps
         exchange.steps += 1
         try:
-            if index == 0 and not self.limiter.allows(host):
-                wait = self.limiter.retry_after(host)
-                raise SaslAuthenticationFailedError(
-                    f"too many failed logins from {host}; retry in {wait:.0f}s"
-                )
+            # No step runs without the exchange holding a token: the first takes it, and a
+            # later one (pipelined behind a first still waiting for its token) is refused.
+            if exchange.attempt is None:
+                if index:
+                    raise SaslAuthenticationFailedError("SASL step before the first was admitted")
+                exchange.attempt = await self.limiter.acquire(host)
+                if exchange.attempt is None:
+                    wait = self.limiter.retry_after(host)
+                    raise SaslAuthenticationFailedError(
+                        f"too many failed logins from {host}; retry in {math.ceil(wait)}s"
+                    )
             step = await self._step(exchange, index, bytes(auth_bytes), credentials)
             if step.principal is None:
                 return AuthenticateResult(auth_bytes=step.challenge)
@@ -213,7 +224,7 @@ class SaslAuthenticator:
 
     def _session_lifetime_ms(self, token_lifetime_ms: int | None) -> int:
         bounds = [ms for ms in (self.config.connections_max_reauth_ms, token_lifetime_ms) if ms]
-        return max(min(bounds), 1) if bounds else 0
+        return min(max(min(bounds), 1), INT64_MAX) if bounds else 0
 
     def _succeeded(
         self,
@@ -222,6 +233,8 @@ class SaslAuthenticator:
         principal: Principal,
         lifetime_ms: int,
     ) -> None:
+        if exchange.attempt is not None:
+            exchange.attempt.succeeded()
         session.sasl = None
         session.principal = principal
         session.authenticated = True
@@ -244,7 +257,8 @@ class SaslAuthenticator:
         exchange: SaslExchange,
         exc: SaslAuthenticationFailedError,
     ) -> AuthenticateResult:
-        self.limiter.record_failure(session.client_host)
+        if exchange.attempt is not None:
+            exchange.attempt.failed()
         session.sasl = None
         session.close_after_response = True
         message = str(exc.args[0]) if exc.args else "SASL authentication failed"
@@ -301,15 +315,29 @@ def _oauthbearer(exchange: SaslExchange, data: bytes) -> _Step:
     exchange.user = subject
     now_ms = time.time() * 1000
     expires = claims.get("exp")
-    if not isinstance(expires, int | float) or isinstance(expires, bool):
+    if not _finite_number(expires):
         raise SaslAuthenticationFailedError("OAUTHBEARER token has no numeric 'exp' claim")
+    assert isinstance(expires, int | float)
     if expires * 1000 <= now_ms:
         raise SaslAuthenticationFailedError(f"OAUTHBEARER token of {subject!r} has expired")
     issued = claims.get("iat")
-    if issued is not None and (not isinstance(issued, int | float) or issued * 1000 > now_ms):
+    if issued is not None and not _finite_number(issued):
+        raise SaslAuthenticationFailedError("OAUTHBEARER token's 'iat' is not a number")
+    if isinstance(issued, int | float) and issued * 1000 > now_ms:
         raise SaslAuthenticationFailedError("OAUTHBEARER token's 'iat' is in the future")
     if request.authzid is not None and request.authzid != subject:
         raise SaslAuthenticationFailedError(
             f"OAUTHBEARER authorization id {request.authzid!r} is not the token's subject"
         )
-    return _Step(b"", Principal.user(subject), int(expires * 1000 - now_ms))
+    # Capped before int(): a huge exp must not overflow the int64 session lifetime.
+    # (int(now_ms): a huge integer exp stays exact instead of overflowing a float.)
+    lifetime_ms = min(expires * 1000 - int(now_ms), INT64_MAX)
+    return _Step(b"", Principal.user(subject), int(lifetime_ms))
+
+
+def _finite_number(value: object) -> bool:
+    """A JSON number a claim may hold: not a bool, and not NaN or ±Infinity (which Python's
+    json module accepts)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+import os
+from collections.abc import Callable, Collection
 
 from aiohttp.typedefs import Middleware
 
 from kayak.broker.config import BrokerConfig
+from kayak.broker.security.credentials import CredentialStore
+from kayak.broker.security.login_limiter import LoginLimiter
 from kayak.broker.security.tls import server_context
-from kayak.broker.web.auth import PasswordVerifier, basic_auth, writer_check
+from kayak.broker.web.auth import PasswordVerifier, VerifiedPasswords, basic_auth, writer_check
 from kayak.broker.web.errors import JSON_CONTENT_TYPE
 from kayak.broker.web.guards import json_bodies_only, same_origin_writes
 from kayak.broker.web.server import WebLimits, WebServer
@@ -28,13 +31,15 @@ def broker_web_server(
     body_media_types: Collection[str] = JSON_MEDIA_TYPES,
     error_content_type: str = JSON_CONTENT_TYPE,
     limits: WebLimits | None = None,
+    limiter: LoginLimiter | None = None,
 ) -> WebServer:
     """A :class:`WebServer` on ``host:port`` secured as ``config`` says.
 
     In order, every request meets: cross-site refusal (403) and a JSON body type (415) for
     anything that changes state; then, when ``config.registry_auth_required``, HTTP basic
     authentication against ``credentials`` (401) and the writer role for changes (403). With
-    ``schema_registry_tls``, HTTPS with the broker's certificate.
+    ``schema_registry_tls``, HTTPS with the broker's certificate. ``limiter`` is the
+    broker's failed-login limiter (shared with SASL; one of the server's own when not given).
     """
     middlewares: list[Middleware] = [
         same_origin_writes(error_content_type),
@@ -50,6 +55,8 @@ def broker_web_server(
                 may_write=writer_check(config.schema_registry_writers, config.super_users),
                 failed_delay_s=config.connection_failed_authentication_delay_ms / 1000,
                 error_content_type=error_content_type,
+                limiter=limiter,
+                verified=VerifiedPasswords(version=_store_version(credentials)),
             )
         )
     ssl_context = None
@@ -64,3 +71,20 @@ def broker_web_server(
         host, port, ssl_context,
         limits=limits, middlewares=middlewares, error_content_type=error_content_type,
     )  # fmt: skip
+
+
+def _store_version(credentials: PasswordVerifier | None) -> Callable[[], object]:
+    """What changes when the users change: the credentials file's identity, size and time
+    (the store replaces the file on every write), so remembered passwords are forgotten."""
+    if not isinstance(credentials, CredentialStore):
+        return lambda: None
+    path = credentials.path
+
+    def version() -> object:
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    return version
