@@ -204,13 +204,18 @@ class TopicCatalog:
     def _forget(self, topic: Topic, remove_data: bool) -> None:
         del self._topics[topic.name]
         self._by_id.pop(topic.topic_id, None)
+        doomed: list[Path] = []
         for partition in topic.open.values():
             partition.data_arrived()
             partition.log.close()
             if remove_data:
-                shutil.rmtree(partition.log.directory, ignore_errors=True)
-        if remove_data and topic.open:
+                doomed.append(_mark_for_deletion(partition.log.directory))
+        if doomed:
+            # The renames are durable before anything is removed: a crash from here on leaves
+            # only directories the next start knows it may delete.
             fsync_directory(self.data_dir)
+            for directory in doomed:
+                shutil.rmtree(directory, ignore_errors=True)
         topic.open.clear()
 
     # -- opening ------------------------------------------------------------------------
@@ -416,11 +421,43 @@ class TopicCatalog:
         return clean
 
 
+DELETE_SUFFIX = "-delete"
+# What _mark_for_deletion makes, and nothing else: a user's "backup-delete" folder stays.
+_MARKED_FOR_DELETION = re.compile(r".+-\d+\.[0-9a-f]{32}-delete")
+
+
+def _mark_for_deletion(directory: Path) -> Path:
+    """Rename a partition directory to ``NAME-IDX.<id>-delete`` (Kafka's spelling); the new
+    path, or the old one when the directory is already gone."""
+    marked = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    try:
+        directory.rename(marked)
+    except FileNotFoundError:
+        return directory
+    return marked
+
+
 def remove_orphans(data_dir: Path, catalog: TopicCatalog) -> None:
-    """Delete partition directories whose topic the map no longer has (a crash mid-delete)."""
-    for child in data_dir.iterdir():
-        name, _, index = child.name.rpartition("-")
-        orphan = child.is_dir() and index.isdigit() and bool(name) and name not in catalog
-        if orphan and any(child.glob("*.log")):
-            log.warning("removing %s: its topic no longer exists", child)
+    """Finish deletions a crash interrupted, and touch nothing else.
+
+    Only directories a topic deletion renamed (``…-delete``) are removed. A directory that
+    looks like a partition of a topic the map does not know (a user's folder, or a topic whose
+    map entry was lost) is left alone and named in one warning.
+    """
+    unknown: list[str] = []
+    for child in sorted(data_dir.iterdir()):
+        if not child.is_dir():
+            continue
+        if _MARKED_FOR_DELETION.fullmatch(child.name):
+            log.info("removing %s: a deleted topic's data", child)
             shutil.rmtree(child, ignore_errors=True)
+            continue
+        name, _, index = child.name.rpartition("-")
+        if index.isdigit() and name and name not in catalog and any(child.glob("*.log")):
+            unknown.append(child.name)
+    if unknown:
+        log.warning(
+            "%s: left alone %d director%s that look like partitions of topics kayak does not "
+            "know: %s",
+            data_dir, len(unknown), "y" if len(unknown) == 1 else "ies", ", ".join(unknown),
+        )  # fmt: skip

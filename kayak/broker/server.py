@@ -29,6 +29,7 @@ from kayak.broker.context import BrokerContext
 from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
 from kayak.broker.log import GroupCommit
 from kayak.broker.log.files import (
+    DirectoryLock,
     exclusive_lock,
     fsync_directory,
     remove_quietly,
@@ -90,13 +91,29 @@ class Broker:
         self._retention: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._registry: SchemaRegistry | None = None
+        self._lock: DirectoryLock | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recover the data directory and start listening."""
+        """Lock and recover the data directory, and start listening.
+
+        ``OSError`` when another broker process holds the directory (or this shard's part of
+        it), naming that process's pid.
+        """
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        lock_name = ".lock" if config.node_id == 0 else f".lock-{config.node_id}"
+        self._lock = DirectoryLock(config.data_dir / lock_name)
+        self._lock.acquire()
+        try:
+            await self._start_locked()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def _start_locked(self) -> None:
+        config = self.config
         cluster_id = self._load_or_create_meta()
         marker = clean_shutdown_marker(config.data_dir, config.node_id, config.shard_count)
         clean = marker.exists()
@@ -276,6 +293,8 @@ class Broker:
             else:
                 log.error("kayak broker stopped; storage errors: the next start recovers")
         self.context = None
+        if self._lock is not None:
+            self._lock.release()  # last: the directory is ours until everything is closed
 
     async def serve_forever(self) -> None:
         assert self._servers, "the broker is not running"
