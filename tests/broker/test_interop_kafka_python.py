@@ -261,7 +261,10 @@ class Member(threading.Thread):
             def on_partitions_assigned(self, assigned: Any) -> None:
                 member.assigned |= {tp.partition for tp in assigned}
 
-        consumer = _consumer(self.bootstrap, self.group)
+        # A loaded machine can let the first join finish before the topic's metadata arrives;
+        # the leader then assigns nothing and kafka-python rejoins only once its metadata
+        # changes: refresh it often so that happens within the test's wait, not in 5 minutes.
+        consumer = _consumer(self.bootstrap, self.group, metadata_max_age_ms=1000)
         consumer.subscribe([self.topic], listener=Listener())
         try:
             while not self.stopping.is_set():
