@@ -97,6 +97,13 @@ class Samples:
     def median(self, peer: str, connections: int) -> float:
         return median(self.rates.get((peer, connections), []))
 
+    def cpu_per_request(self, peer: str, connections: int) -> float:
+        """Broker CPU microseconds per acknowledged request: the median over runs of each
+        run's cores busy / requests per second."""
+        rates = self.rates.get((peer, connections), [])
+        cores = self.cpu.get((peer, connections), [])
+        return median([c / r * 1e6 for c, r in zip(cores, rates, strict=True) if r])
+
 
 # -- one measurement -----------------------------------------------------------------------
 
@@ -185,7 +192,10 @@ def results_table(settings: Settings, samples: Samples) -> Table:
     columns = ["connections", "group", "always", "never"]
     if settings.tansu:
         columns.append("Tansu (memory, not durable)")
-    columns += ["group / always", "group / group@1", "group / fdatasync", "group broker CPU"]
+    columns += [
+        "group / always", "group / group@1", "group / fdatasync", "group broker CPU",
+        "broker CPU µs / request (group, never)",
+    ]  # fmt: skip
     table = Table(columns)
     first = settings.connections[0]
     for connections in settings.connections:
@@ -199,6 +209,8 @@ def results_table(settings: Settings, samples: Samples) -> Table:
             times(paired_ratio(group, samples.rates.get(("group", first), []))),
             times(paired_ratio(group, samples.fdatasync)),
             f"{median(samples.cpu.get(('group', connections), [])):.2f} cores",
+            f"{samples.cpu_per_request('group', connections):.0f}, "
+            f"{samples.cpu_per_request('never', connections):.0f}",
         ]
         table.add(*cells)
     return table

@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, cast
 
 from kayak.broker.context import BrokerContext, RequestContext
@@ -107,8 +107,15 @@ class ConnectionTracker:
             connection.close()
 
 
-class BrokerConnection(asyncio.Protocol):
-    """The broker's side of one TCP connection."""
+class BrokerConnection(asyncio.BufferedProtocol):
+    """The broker's side of one TCP connection.
+
+    Requests are read into the buffers the sans-I/O framer hands out (a produce request's
+    batches land in a buffer of exactly the request's size and reach the log from there).
+    Each request runs as a task; when the oldest unanswered one finishes, every finished
+    response at the head of the queue is encoded and written together, once per event-loop
+    pass, so that a group commit that releases many requests costs one write per connection.
+    """
 
     def __init__(
         self, broker: BrokerContext, listener: Listener, tracker: ConnectionTracker
@@ -118,6 +125,7 @@ class BrokerConnection(asyncio.Protocol):
         self._tracker = tracker
         self._protocol = ServerConnection(broker.config.socket_request_max_bytes)
         self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()  # looked up once: each lookup costs a getpid()
         self._client_host = "?"
         self.session = ConnectionSession(listener, "?")
         self._send_fd = -1
@@ -125,8 +133,10 @@ class BrokerConnection(asyncio.Protocol):
         self._last_activity = time.monotonic()
         self._receiving_since = 0.0  # when a partly received request began; 0: none
         self._in_flight = 0  # requests received and not yet answered
-        self._pending: asyncio.Queue[Pending | None] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._pending: deque[Pending] = deque()
+        self._flush_scheduled = False
+        # Set while a response with file slices is being sent: responses behind it wait.
+        self._slow_writer: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
         self._drained.set()
         self._closed = False
@@ -163,14 +173,16 @@ class BrokerConnection(asyncio.Protocol):
         # high=0: pause_writing fires whenever anything is buffered, resume once drained,
         # which is exactly when sendfile may take over the socket.
         transport.set_write_buffer_limits(high=0)
-        self._writer = asyncio.get_running_loop().create_task(self._write_responses())
 
-    def data_received(self, data: bytes) -> None:
-        self._last_activity = now = time.monotonic()
+    def get_buffer(self, sizehint: int) -> memoryview:
         # Authentication completes in a handler, and a client waits for that answer before
         # sending more, so checking here is early enough to raise the limit for what follows.
         self._protocol.max_frame_size = self._frame_limit()
-        self._protocol.receive_data(data)
+        return self._protocol.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._last_activity = now = time.monotonic()
+        self._protocol.buffer_updated(nbytes)
         completed = False
         while not self._closed:
             try:
@@ -231,7 +243,7 @@ class BrokerConnection(asyncio.Protocol):
             return
         self._closed = True
         self._drained.set()
-        self._pending.put_nowait(None)
+        self._cancel_pending()
         if self._send_fd >= 0:
             os.close(self._send_fd)
             self._send_fd = -1
@@ -268,7 +280,6 @@ class BrokerConnection(asyncio.Protocol):
     # -- requests -----------------------------------------------------------------------
 
     def _dispatch(self, event: RequestReceived | UnsupportedRequest) -> None:
-        loop = asyncio.get_running_loop()
         key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
         if not self._session_allows(key):
             return
@@ -280,7 +291,9 @@ class BrokerConnection(asyncio.Protocol):
         else:
             coro = self._unsupported(key, version)
         self._in_flight += 1
-        self._pending.put_nowait((correlation_id, key, version, loop.create_task(coro)))
+        task = self._loop.create_task(coro)
+        self._pending.append((correlation_id, key, version, task))
+        task.add_done_callback(self._response_ready)
 
     def _session_allows(self, api_key: int) -> bool:
         """Whether the session lets ``api_key`` run now; if not, the connection is closed
@@ -334,24 +347,82 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- responses ----------------------------------------------------------------------
 
-    async def _write_responses(self) -> None:
+    def _response_ready(self, task: asyncio.Task[Message | None]) -> None:
+        """A request finished: write what is ready once this event-loop pass is over."""
+        if not self._flush_scheduled and not self._closed:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Encode and write, in request order, every finished response at the head of the
+        queue, as one write; a response with file slices hands over to ``_send_slow``."""
+        self._flush_scheduled = False
+        if self._slow_writer is not None or self._transport is None:
+            return
+        ready: list[memoryview] = []
         try:
-            while (item := await self._pending.get()) is not None:
-                correlation_id, api_key, version, task = item
-                try:
-                    response = await task
-                    if response is None or self._closed:
-                        continue  # acks=0 produce: the protocol says no response
-                    if api_key == 18 and not is_supported(api_key, version):
-                        version = 0  # an UNSUPPORTED_VERSION ApiVersions answer is always v0
-                    out = self._protocol.send_response(correlation_id, api_key, version, response)
-                    await self._send(out)
-                finally:
-                    self._in_flight -= 1
-                    self._last_activity = time.monotonic()
+            while not self._closed and self._pending and self._pending[0][3].done():
+                out = self._next_response()
+                if out is None:
+                    continue
+                if any(isinstance(region, FileSlice) for _, region in out.splices):
+                    self._write_now(ready)
+                    ready = []
+                    self._slow_writer = self._loop.create_task(self._send_slow(out))
+                    return
+                if out.splices:  # regions held in memory (copied slices): their bytes
+                    ready.extend(
+                        part if isinstance(part, memoryview) else memoryview(part.read())
+                        for part in out.parts()
+                    )
+                else:
+                    ready.append(memoryview(out))
                 if self.session.close_after_response:
+                    self._write_now(ready)
                     self.close()  # the transport still flushes what was written
-                    break
+                    return
+        except Exception:
+            self._write_now(ready)  # the answers before the failed one still go out
+            log.exception("closing connection from %s after a handler failed", self._client_host)
+            self.close()
+            return
+        self._write_now(ready)
+
+    def _write_now(self, ready: list[memoryview]) -> None:
+        if ready and not self._closed:
+            assert self._transport is not None
+            self._transport.writelines(ready)
+
+    def _next_response(self) -> SplicedBuffer | None:
+        """Take the finished request at the head of the queue and encode its response;
+        None when there is nothing to send (acks=0 produce: the protocol says no response)."""
+        correlation_id, api_key, version, task = self._pending.popleft()
+        self._in_flight -= 1
+        self._last_activity = time.monotonic()
+        if task.cancelled():
+            raise ConnectionError("request cancelled")  # only when the connection closes
+        response = task.result()
+        if response is None:
+            return None
+        if api_key == 18 and not is_supported(api_key, version):
+            version = 0  # an UNSUPPORTED_VERSION ApiVersions answer is always v0
+        return self._protocol.send_response(correlation_id, api_key, version, response)
+
+    async def _send_slow(self, out: SplicedBuffer) -> None:
+        """Send a response holding file slices (sendfile waits for the socket), then carry on
+        with whatever finished meanwhile."""
+        try:
+            await self._send(out)
+            if self.session.close_after_response:
+                self.close()
+                return
+            while not self._closed and self._pending and self._pending[0][3].done():
+                next_out = self._next_response()
+                if next_out is not None:
+                    await self._send(next_out)
+                    if self.session.close_after_response:
+                        self.close()
+                        return
         except (ConnectionError, OSError) as exc:
             log.info("connection from %s lost while writing: %s", self._client_host, exc)
             self.close()
@@ -359,13 +430,15 @@ class BrokerConnection(asyncio.Protocol):
             log.exception("closing connection from %s after a handler failed", self._client_host)
             self.close()
         finally:
-            self._cancel_pending()
+            self._slow_writer = None
+        if not self._closed and self._pending and self._pending[0][3].done():
+            self._flush()
 
     def _cancel_pending(self) -> None:
-        while not self._pending.empty():
-            item = self._pending.get_nowait()
-            if item is not None:
-                item[3].cancel()
+        while self._pending:
+            self._pending.popleft()[3].cancel()
+        if self._slow_writer is not None:
+            self._slow_writer.cancel()
 
     async def _send(self, out: SplicedBuffer) -> None:
         transport = self._transport

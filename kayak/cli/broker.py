@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Callable
@@ -380,6 +381,9 @@ async def _serve(server: object) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with server:
+        # What start-up built (catalog, logs, indexes) lives as long as the process: out of
+        # the collector's sight, so that collections under load walk only per-request objects.
+        gc.freeze()
         await stop.wait()
         log.info("shutting down")
 

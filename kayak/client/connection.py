@@ -31,7 +31,6 @@ from kayak.client.security.config import SaslSettings
 from kayak.client.security.sasl import authenticate
 from kayak.client.security.tls import tls_failure
 from kayak.errors import (
-    FrameTooLargeError,
     KafkaTimeoutError,
     KayakError,
     NetworkError,
@@ -46,9 +45,6 @@ from kayak.protocol.primitives import RecordsRegion
 
 log = logging.getLogger(__name__)
 
-_HEADER = 4
-# Buffers handed to the transport for frames whose size is not known yet.
-_SMALL_READ = 64 * 1024
 # Re-authenticate after this share of the session lifetime, picked at random per connection
 # so that many connections do not all re-authenticate at once (as Kafka's Java client does).
 _REAUTH_AT = (0.85, 0.95)
@@ -58,70 +54,22 @@ _Held = tuple[Message, int, bool, "asyncio.Future[Message] | None"]
 
 
 class _FrameReceiver(asyncio.BufferedProtocol):
-    """Reads size-prefixed frames into exactly-sized buffers and hands them on."""
+    """Reads responses into the buffers the sans-I/O framer hands out: a large response is
+    received straight into a buffer of exactly its size (see ``protocol/framing.py``)."""
 
-    def __init__(self, owner: BrokerConnection, max_frame_size: int) -> None:
+    def __init__(self, owner: BrokerConnection) -> None:
         self._owner = owner
-        self._max = max_frame_size
-        self._prefix = bytearray(_HEADER)
-        self._prefix_filled = 0
-        self._frame: bytearray | None = None
-        self._filled = 0
-        self._scratch = bytearray(_SMALL_READ)
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled :]
-        return memoryview(self._scratch)
+        return self._owner._protocol.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled == len(self._frame):
-                self._deliver()
-            return
-        self._consume_scratch(memoryview(self._scratch)[:nbytes])
-
-    def _consume_scratch(self, data: memoryview) -> None:
-        """Split bytes read without a frame buffer into prefixes, frames and leftovers."""
-        pos = 0
-        while pos < len(data):
-            if self._frame is None:
-                take = min(_HEADER - self._prefix_filled, len(data) - pos)
-                self._prefix[self._prefix_filled : self._prefix_filled + take] = data[
-                    pos : pos + take
-                ]
-                self._prefix_filled += take
-                pos += take
-                if self._prefix_filled == _HEADER:
-                    self._start_frame(int.from_bytes(self._prefix, "big", signed=True))
-                continue
-            take = min(len(self._frame) - self._filled, len(data) - pos)
-            self._frame[self._filled : self._filled + take] = data[pos : pos + take]
-            self._filled += take
-            pos += take
-            if self._filled == len(self._frame):
-                self._deliver()
-
-    def _start_frame(self, size: int) -> None:
-        self._prefix_filled = 0
-        if size < 0 or size > self._max:
-            self._owner._fail(
-                FrameTooLargeError(f"response frame of {size} bytes (limit {self._max})")
-            )
-            return
-        self._frame, self._filled = bytearray(size), 0
-        if size == 0:
-            self._deliver()
-
-    def _deliver(self) -> None:
-        frame, self._frame, self._filled = self._frame, None, 0
-        assert frame is not None
-        self._owner._frame_received(frame)
+        self._owner._protocol.buffer_updated(nbytes)
+        self._owner._responses_arrived()
 
     def eof_received(self) -> bool | None:
         self._owner._fail(NetworkError("the broker closed the connection"))
@@ -154,7 +102,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout_ms / 1000
         self.security = security
         self._protocol = ClientConnection(client_id=client_id, max_frame_size=max_frame_size)
-        self._receiver = _FrameReceiver(self, max_frame_size)
+        self._receiver = _FrameReceiver(self)
         self._waiters: dict[int, asyncio.Future[Message]] = {}
         self.api_versions: dict[int, tuple[int, int]] = {}
         self._error: KayakError | None = None
@@ -362,15 +310,18 @@ class BrokerConnection:
 
     # -- receiving ----------------------------------------------------------------------
 
-    def _frame_received(self, frame: bytearray) -> None:
-        try:
-            event = self._protocol.receive_frame(frame)
-        except ProtocolError as exc:
-            self._fail(exc)
-            return
-        waiter = self._waiters.pop(event.correlation_id, None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(event.response)
+    def _responses_arrived(self) -> None:
+        while self._error is None:
+            try:
+                event = self._protocol.next_event()
+            except ProtocolError as exc:
+                self._fail(exc)
+                return
+            if event is None:
+                return
+            waiter = self._waiters.pop(event.correlation_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(event.response)
 
     def _fail(self, error: KayakError) -> None:
         if self._error is None:

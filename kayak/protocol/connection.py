@@ -91,6 +91,15 @@ class ClientConnection:
         """Feed bytes read from the transport."""
         self._frames.feed(data)
 
+    def get_buffer(self) -> memoryview:
+        """Where to read the next bytes into (see :class:`~kayak.protocol.framing.FrameDecoder`:
+        the rest of the response being received, so a large one is never copied)."""
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were read into the buffer :meth:`get_buffer` returned last."""
+        self._frames.buffer_updated(nbytes)
+
     def next_event(self) -> ResponseReceived | None:
         """The next whole response, decoded, or None until more bytes arrive."""
         frame = self._frames.next_frame()
@@ -155,6 +164,15 @@ class ServerConnection:
     def receive_data(self, data: Buffer) -> None:
         """Feed bytes read from the transport."""
         self._frames.feed(data)
+
+    def get_buffer(self) -> memoryview:
+        """Where to read the next bytes into (see :class:`~kayak.protocol.framing.FrameDecoder`:
+        the rest of the request being received, so a large produce is never copied)."""
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were read into the buffer :meth:`get_buffer` returned last."""
+        self._frames.buffer_updated(nbytes)
 
     def next_event(self) -> RequestReceived | UnsupportedRequest | None:
         """The next whole request, or None until more bytes arrive.

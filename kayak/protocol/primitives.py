@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from kayak.errors import EncodeError, MalformedMessageError
 
@@ -316,8 +316,13 @@ class SplicedBuffer(bytearray):
 
 
 def _write_region(out: bytearray, region: object) -> None:
-    if isinstance(out, SplicedBuffer) and isinstance(region, RecordsRegion):
-        out.splice(region)
+    # Duck-typed as RecordsRegion is, without a runtime-checkable Protocol's slow isinstance.
+    if (
+        isinstance(out, SplicedBuffer)
+        and hasattr(region, "__len__")
+        and callable(getattr(region, "read", None))
+    ):
+        out.splice(cast(RecordsRegion, region))
     else:
         raise EncodeError(f"records of type {type(region).__name__} need a SplicedBuffer")
 
@@ -338,7 +343,6 @@ def write_compact_records(out: bytearray, value: Records | None) -> None:
     else:
         write_unsigned_varint(out, len(value) + 1)
         _write_region(out, value)
-
 
 
 def read_records(buf: Buffer, pos: int) -> tuple[memoryview | None, int]:

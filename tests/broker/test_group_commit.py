@@ -143,3 +143,29 @@ def test_data_nobody_waits_for_still_becomes_durable_and_readable(
 
 async def _await(awaitable: object) -> None:
     await awaitable  # type: ignore[misc]
+
+
+def test_a_log_closed_while_its_appends_wait_fails_nobody_else(tmp_path: Path) -> None:
+    """DeleteTopics (or a handoff) closes a log whose appends wait for the next round: that
+    close seals them, so they are acknowledged, and appends to other logs in the same round
+    are unaffected."""
+
+    async def main() -> list[str]:
+        closing, other = logs(tmp_path, 2)
+        commit = GroupCommit(FlushMode.GROUP)
+        try:
+            closing.append(build_record_batch([b"x"]))
+            first = commit.sync(closing)  # round 1 starts
+            await asyncio.sleep(0)
+            closing.append(build_record_batch([b"y"]))
+            other.append(build_record_batch([b"z"]))
+            waiting = [first, commit.sync(closing), commit.sync(other)]  # round 2
+            assert closing.close()
+            results = await asyncio.gather(*waiting, return_exceptions=True)
+            assert other.durable_offset == 1
+            other.close()
+            return [repr(r) for r in results]
+        finally:
+            commit.close()
+
+    assert asyncio.run(main()) == ["None", "None", "None"]

@@ -102,7 +102,7 @@ def _produce_timed(bootstrap: str, topic: str, count: int, partition: int = 0) -
 def create_topics_scenario(bootstrap: str, prefix: str) -> None:
     admin = _admin(bootstrap)
     good, configured, validated = f"{prefix}-good", f"{prefix}-configured", f"{prefix}-validated"
-    configs = {"retention.ms": "3600000", "cleanup.policy": "delete", "segment.bytes": "65536"}
+    configs = {"retention.ms": "3600000", "cleanup.policy": "delete", "segment.bytes": "1048576"}
     futures = admin.create_topics(
         [
             NewTopic(good, 3, 1),
@@ -712,17 +712,27 @@ def test_aiokafka_admin(broker_process: BrokerProcess) -> None:
 # -- retention and segment roll, configured through a client --------------------------------
 
 
+# The smallest segment.bytes allowed (KIP-1030) and records large enough to fill three
+# segments: 52 records of ~20 KB each per segment, the last one holding 16.
+SEGMENT_BYTES = 1 << 20
+RECORD_PAD = 20_000
+RETENTION_BYTES = 1_200_000  # less than the two newest segments: the oldest goes
+
+
+def retention_value(i: int) -> bytes:
+    return b"r%03d-" % i + b"x" * RECORD_PAD
+
+
 def retention_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
-    """Create a topic with small segments and no size limit; produce 120 records of ~200 bytes
+    """Create a topic with small segments and no size limit; produce 120 records of ~20 KB
     in separate batches; then give it a retention.bytes limit. Returns what was observed."""
     admin = _admin(bootstrap)
-    (created,) = admin.create_topics(
-        [NewTopic(topic, 1, 1, config={"segment.bytes": "2048", "retention.bytes": "-1"})]
-    ).values()
+    config = {"segment.bytes": str(SEGMENT_BYTES), "retention.bytes": "-1"}
+    (created,) = admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values()
     assert _code(created) is None
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for i in range(120):
-        producer.produce(topic, value=b"r%03d-" % i + b"x" * 190, partition=0)
+        producer.produce(topic, value=retention_value(i), partition=0)
         producer.flush(10)
     tp = TopicPartition(topic, 0)
 
@@ -738,7 +748,11 @@ def retention_scenario(bootstrap: str, topic: str) -> dict[str, Any]:
         ResourceType.TOPIC,
         topic,
         incremental_configs=[
-            ConfigEntry("retention.bytes", "6000", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry(
+                "retention.bytes",
+                str(RETENTION_BYTES),
+                incremental_operation=AlterConfigOpType.SET,
+            )
         ],
     )
     (future,) = admin.incremental_alter_configs([limit]).values()
@@ -785,7 +799,7 @@ def test_retention_bytes_set_through_a_client(tmp_path: Path) -> None:
     assert int(segments[0].stem) == after, (segments, after)
     remaining = sum(s.stat().st_size for s in segments)
     oldest = segments[0].stat().st_size
-    assert remaining - oldest < 6000, "retention stopped early"
-    assert len(segments) >= 2, "segment.bytes=2048 should have rolled the log"
+    assert remaining - oldest < RETENTION_BYTES, "retention stopped early"
+    assert len(segments) >= 2, f"segment.bytes={SEGMENT_BYTES} should have rolled the log"
     consumed = observed["consumed"]
-    assert consumed == [(i, b"r%03d-" % i + b"x" * 190) for i in range(after, 120)]
+    assert consumed == [(i, retention_value(i)) for i in range(after, 120)]

@@ -34,10 +34,12 @@ from tests.broker.storage_faults_support import (
 )
 from tests.broker.wire import WireClient
 
+SEGMENT_BYTES = 1 << 20  # the smallest segment.bytes a broker accepts (KIP-1030)
+
 
 def a_value(offset: int) -> bytes:
     """Topic A's record at ``offset``: recognisable, and different at every offset."""
-    return b"A-%010d-" % offset + b"a" * 2000
+    return b"A-%010d-" % offset + b"a" * 6000
 
 
 def b_value(i: int) -> bytes:
@@ -228,10 +230,10 @@ def test_fetches_never_serve_another_segments_bytes_while_segments_are_deleted(
 ) -> None:
     bootstrap = broker_process.bootstrap_servers
     for name in ("A", "B"):
-        create_topic(bootstrap, name, configs={"segment.bytes": str(64 << 10)})
+        create_topic(bootstrap, name, configs={"segment.bytes": str(SEGMENT_BYTES)})
     churn = Churn(bootstrap)
     wire = WireClient(bootstrap)
-    for _ in range(64):  # ~1 MiB of A: 16 segments before the churn starts
+    for _ in range(88):  # ~4 MiB of A (48 KB batches): 4 segments before the churn starts
         churn.produce_a(wire)
     wire.close()
 

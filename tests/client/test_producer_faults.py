@@ -311,7 +311,9 @@ def test_a_partition_moving_to_another_shard_mid_produce(
             return [await f for f in futures], leaders
 
     acked, leaders = run(main(), timeout=80)
-    assert leaders == {0, 1}, "the producer saw the partition move"
+    # -1: a metadata refresh during the handoff (LEADER_NOT_AVAILABLE, no leader), as Kafka
+    # reports a partition between leaders; the producer must wait it out, not fail.
+    assert leaders - {-1} == {0, 1}, "the producer saw the partition move"
     assert [m.offset for m in acked] == list(range(len(sent)))
     stored = read_back(addresses[1], topic, 2, len(sent))
     assert [s.value for s in stored if s.partition == 0] == sent

@@ -84,14 +84,60 @@ def test_accepts_bytearray_and_memoryview_chunks() -> None:
     assert drain(decoder) == [b"hello", b"world"]
 
 
-def test_frame_is_a_copy_not_a_view_of_the_buffer() -> None:
+def test_each_frame_owns_its_buffer() -> None:
     decoder = FrameDecoder()
     decoder.feed(encode_frame(b"abc") + encode_frame(b"def")[:5])
     frame = decoder.next_frame()
     decoder.feed(encode_frame(b"def")[5:])
-    assert decoder.next_frame() == b"def"
+    second = decoder.next_frame()
+    assert second == b"def"
     assert frame == b"abc"
-    assert isinstance(frame, bytes)
+    assert isinstance(frame, bytearray) and len(frame) == 3  # exactly its size
+
+
+def read_into(decoder: FrameDecoder, stream: bytes, chunk: int) -> list[bytes]:
+    """Deliver ``stream`` the way a buffered transport does: into get_buffer(), ``chunk``
+    bytes at most per read."""
+    frames: list[bytes] = []
+    pos = 0
+    while pos < len(stream):
+        target = decoder.get_buffer()
+        n = min(len(target), chunk, len(stream) - pos)
+        target[:n] = stream[pos : pos + n]
+        decoder.buffer_updated(n)
+        pos += n
+        frames += drain(decoder)
+    return frames
+
+
+def test_buffered_reads_go_straight_into_the_frame() -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB: past the scratch buffer
+    stream = encode_frame(b"small") + encode_frame(big) + encode_frame(b"")
+    decoder = FrameDecoder()
+    first = decoder.get_buffer()
+    first[:14] = stream[:14]  # prefix, "small", and the big frame's prefix and first byte
+    decoder.buffer_updated(14)
+    assert decoder.next_frame() == b"small"
+    target = decoder.get_buffer()
+    # the next read lands in the big frame itself: exactly what is left of it
+    assert len(target) == len(big) - 1
+    target[:] = stream[14 : 14 + len(target)]
+    decoder.buffer_updated(len(target))
+    assert decoder.next_frame() == big
+    assert read_into(decoder, stream[14 + len(big) - 1 :], 3) == [b""]
+    assert decoder.buffered == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=70_000), max_size=6),
+    chunk=st.integers(min_value=1, max_value=200_000),
+)
+def test_buffered_and_fed_bytes_give_the_same_frames(payloads: list[bytes], chunk: int) -> None:
+    stream = b"".join(encode_frame(p) for p in payloads)
+    decoder = FrameDecoder()
+    assert read_into(decoder, stream, chunk) == payloads
+    assert decoder.buffered == 0
 
 
 @pytest.mark.parametrize("limit", [0, 1, 100, 1 << 20])
@@ -195,3 +241,26 @@ def test_random_streams_raise_only_kayak_errors(data: bytes, limit: int) -> None
         return
     assert all(len(f) <= limit for f in frames)
     assert sum(4 + len(f) for f in frames) + decoder.buffered == len(data)
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+def test_a_large_announced_frame_costs_memory_only_as_bytes_arrive() -> None:
+    size = 96 << 20
+    decoders = [FrameDecoder() for _ in range(4)]
+    before = resident_bytes()
+    for decoder in decoders:  # four peers each announce 96 MiB and send 10 bytes of it
+        decoder.feed(struct.pack(">i", size) + b"0123456789")
+        assert len(decoder.get_buffer()) == size - 10
+    assert resident_bytes() - before < 16 << 20, "announced frames were allocated up front"
+    decoder = decoders[0]
+    rest = size - 10
+    target = decoder.get_buffer()
+    target[:] = b"x" * rest
+    decoder.buffer_updated(rest)
+    frame = decoder.next_frame()
+    assert frame is not None and len(frame) == size
+    assert bytes(frame[:12]) == b"0123456789xx" and frame[-1] == ord("x")

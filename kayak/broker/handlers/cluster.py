@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import weakref
+from dataclasses import dataclass, field
 
-from kayak.broker.catalog import NO_LEADER, Topic
+from kayak.broker.catalog import NO_LEADER, NewTopic, Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
@@ -24,6 +26,7 @@ from kayak.protocol.messages.metadata_response import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from kayak.protocol.primitives import write_array_length
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ _TRANSACTION_KEY = 1  # FindCoordinator key_type: 0 a group, 1 a transactional i
 
 async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
-    response = MetadataResponse(
+    response = _SplicedMetadataResponse(
         brokers=[MetadataResponseBroker(s.node_id, s.host, s.port) for s in _brokers(ctx)],
         cluster_id=broker.cluster_id,
         controller_id=0,
@@ -40,21 +43,45 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     # v0: an empty list means every topic; v1+: null means every topic.
     everything = request.topics is None or (ctx.version == 0 and not request.topics)
     if everything:
-        response.topics = [
-            _describe(ctx, t)
-            for t in broker.catalog.topics()
-            if not t.internal and allowed(ctx, AclOperation.DESCRIBE, TOPIC, t.name)
-        ]
+        response.answer(
+            [
+                _describe(t)
+                for t in broker.catalog.topics()
+                if not t.internal and allowed(ctx, AclOperation.DESCRIBE, TOPIC, t.name)
+            ]
+        )
         return response
     allow_create = request.allow_auto_topic_creation or ctx.version < 4
-    for wanted in request.topics or []:
-        response.topics.append(_lookup(ctx, wanted.name, wanted.topic_id, allow_create))
+    wanted = request.topics or []
+    answers = [_lookup(ctx, t.name, t.topic_id, allow_create) for t in wanted]
+    missing = sorted({t.name for t, a in zip(wanted, answers, strict=True) if a is None and t.name})
+    if missing:
+        # Auto-creation: every missing topic of the request in one durable catalog write.
+        news = [NewTopic(name, broker.config.num_partitions) for name in missing]
+        created = await broker.catalog.create_topics(news)
+        failed = {
+            n: r.code for n, r in zip(missing, created, strict=True) if isinstance(r, KafkaError)
+        }
+        answers = [
+            a if a is not None else _created(ctx, t.name, failed)
+            for t, a in zip(wanted, answers, strict=True)
+        ]
+    response.answer([a for a in answers if a is not None])
     return response
+
+
+def _created(ctx: RequestContext, name: str | None, failed: dict[str, int]) -> _Answer:
+    topic = ctx.broker.catalog.get(name) if name else None
+    if name is None or topic is None:
+        code = failed.get(name or "", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return MetadataResponseTopic(error_code=code, name=name)
+    return _describe(topic)
 
 
 def _lookup(
     ctx: RequestContext, name: str | None, topic_id: object, allow_create: bool
-) -> MetadataResponseTopic:
+) -> _Answer | None:
+    """The topic's answer, or None when it is to be auto-created."""
     catalog = ctx.broker.catalog
     topic = catalog.get(name) if name else catalog.by_id(topic_id)  # type: ignore[arg-type]
     known = name or (topic.name if topic is not None else None)
@@ -75,33 +102,125 @@ def _lookup(
         ):
             denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             return MetadataResponseTopic(error_code=denied, name=name)
-        try:
-            topic = catalog.create(name, ctx.broker.config.num_partitions)
-        except KafkaError as exc:
-            return MetadataResponseTopic(error_code=exc.code, name=name)
+        return None
     if topic is None:
         code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
         return MetadataResponseTopic(error_code=code, name=name)
-    return _describe(ctx, topic)
+    return _describe(topic)
 
 
-def _describe(ctx: RequestContext, topic: Topic) -> MetadataResponseTopic:
-    partitions = []
-    for index, owner in enumerate(topic.owners):
-        moving = index in topic.handoffs or owner == NO_LEADER
-        partitions.append(
-            MetadataResponsePartition(
-                error_code=ErrorCode.LEADER_NOT_AVAILABLE if moving else 0,
-                partition_index=index,
-                leader_id=NO_LEADER if moving else owner,
-                leader_epoch=topic.epochs[index],
-                replica_nodes=[owner],
-                isr_nodes=[] if moving else [owner],
-            )
+def _describe(topic: Topic) -> _TopicAnswer:
+    answer = _ANSWERS.get(topic)
+    if answer is None or not answer.describes(topic):
+        answer = _ANSWERS[topic] = _TopicAnswer(topic)
+    return answer
+
+
+class _TopicAnswer:
+    """A topic's Metadata answer, built and encoded once, reused while the topic is unchanged.
+
+    With 10,000 partitions building and encoding the answer costs tens of milliseconds of
+    event loop; clients ask for it far more often than it changes.
+    """
+
+    def __init__(self, topic: Topic) -> None:
+        self.owners = list(topic.owners)
+        self.epochs = list(topic.epochs)
+        self.handoffs = dict(topic.handoffs)
+        self.internal = topic.internal
+        self.topic = MetadataResponseTopic(
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=topic.internal,
+            partitions=[_partition(topic, i, owner) for i, owner in enumerate(topic.owners)],
         )
-    return MetadataResponseTopic(
-        name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions
+        self._encoded: dict[int, bytes] = {}
+
+    def describes(self, topic: Topic) -> bool:
+        return (
+            topic.owners == self.owners
+            and topic.epochs == self.epochs
+            and topic.handoffs == self.handoffs
+            and topic.internal == self.internal
+        )
+
+    def encoded(self, version: int) -> bytes:
+        found = self._encoded.get(version)
+        if found is None:
+            found = self._encoded[version] = _encode_topic(self.topic, version)
+        return found
+
+
+def _partition(topic: Topic, index: int, owner: int) -> MetadataResponsePartition:
+    moving = index in topic.handoffs or owner == NO_LEADER
+    return MetadataResponsePartition(
+        error_code=ErrorCode.LEADER_NOT_AVAILABLE if moving else 0,
+        partition_index=index,
+        leader_id=NO_LEADER if moving else owner,
+        leader_epoch=topic.epochs[index],
+        replica_nodes=[owner],
+        isr_nodes=[] if moving else [owner],
     )
+
+
+_Answer = MetadataResponseTopic | _TopicAnswer  # an error answer, or a described topic
+_ANSWERS: weakref.WeakKeyDictionary[Topic, _TopicAnswer] = weakref.WeakKeyDictionary()
+
+
+@dataclass(slots=True)
+class _SplicedMetadataResponse(MetadataResponse):
+    """A MetadataResponse whose topics are written from their cached encodings.
+
+    The bytes are exactly what the generated encoder writes (a test compares them for every
+    version): the response around the topics array is encoded with no topics and the
+    array is spliced in where the generated encoder writes it, after ``controller_id``.
+    """
+
+    cached: list[_TopicAnswer | None] = field(default_factory=list)  # parallel to topics
+
+    def answer(self, answers: list[_Answer]) -> None:
+        """Set the topics: errors as plain answers, described topics from their cache."""
+        self.topics = [a.topic if isinstance(a, _TopicAnswer) else a for a in answers]
+        self.cached = [a if isinstance(a, _TopicAnswer) else None for a in answers]
+
+    def write(self, out: bytearray, version: int) -> None:
+        head = bytearray()
+        MetadataResponse(
+            self.throttle_time_ms,
+            self.brokers,
+            self.cluster_id,
+            self.controller_id,
+            [],
+            self.cluster_authorized_operations,
+        ).write(head, version)
+        after = _after_topics(version)
+        out += head[: len(head) - after - _empty_array_size(version)]
+        write_array_length(out, len(self.topics), _flexible(version))
+        for topic, answer in zip(self.topics, self.cached, strict=True):
+            out += answer.encoded(version) if answer is not None else _encode_topic(topic, version)
+        out += head[len(head) - after :]
+
+
+def _flexible(version: int) -> bool:
+    return MetadataResponse.is_flexible(version)
+
+
+def _empty_array_size(version: int) -> int:
+    return 1 if _flexible(version) else 4
+
+
+def _after_topics(version: int) -> int:
+    """Bytes the generated encoder writes after the topics array: cluster authorized
+    operations (v8-10) and the tagged fields (flexible versions, always none here)."""
+    return (4 if 8 <= version <= 10 else 0) + (1 if _flexible(version) else 0)
+
+
+def _encode_topic(topic: MetadataResponseTopic, version: int) -> bytes:
+    """One topic as the generated encoder writes it inside a MetadataResponse."""
+    empty = MetadataResponse().encode(version)
+    one = MetadataResponse(topics=[topic]).encode(version)
+    start = len(empty) - _after_topics(version)  # the one-element array length ends here
+    return one[start : len(one) - _after_topics(version)]
 
 
 async def handle_describe_cluster(

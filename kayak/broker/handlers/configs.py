@@ -145,7 +145,7 @@ async def handle_alter_configs(
         def replace_all(_: Topic, wanted: dict[str, str] = wanted) -> dict[str, str]:
             return wanted
 
-        _alter(ctx, result, replace_all, request.validate_only)
+        await _alter(ctx, result, replace_all, request.validate_only)
         response.responses.append(result)
     return response
 
@@ -163,7 +163,7 @@ async def handle_incremental_alter_configs(
         def apply(topic: Topic, resource: AlterConfigsResource = resource) -> dict[str, str]:
             return _apply(topic, resource)
 
-        _alter(ctx, result, apply, request.validate_only)
+        await _alter(ctx, result, apply, request.validate_only)
         response.responses.append(result)
     return response
 
@@ -184,7 +184,7 @@ def _invalid(message: str) -> KafkaError:
     return InvalidConfigurationError(message)
 
 
-def _alter(
+async def _alter(
     ctx: RequestContext,
     result: AlterConfigsResourceResponse | IncrementalResult,
     overrides_for: Callable[[Topic], dict[str, str]],
@@ -204,6 +204,7 @@ def _alter(
         result.error_message = f"topic {result.resource_name!r} does not exist"
         return
     try:
-        ctx.broker.catalog.alter_configs(topic.name, overrides_for(topic), validate_only)
+        overrides = overrides_for(topic)
+        await ctx.broker.catalog.alter_topic_configs(topic.name, overrides, validate_only)
     except KafkaError as exc:
         result.error_code, result.error_message = exc.code, exc.message

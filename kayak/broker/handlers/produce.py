@@ -7,6 +7,7 @@ import logging
 
 from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
+from kayak.broker.log.group_commit import GroupCommit
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_any, allowed_on_cluster
 from kayak.errors import ErrorCode, KafkaError
@@ -51,8 +52,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         for partition in partitions:  # nobody waits, but readers see it only once durable
             commit.schedule(partition.log)
         return None
-    synced = await asyncio.gather(*(commit.sync(p.log) for p in partitions), return_exceptions=True)
-    failed = {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
+    failed = await _synced(commit, partitions)
     for result, partition in waiting:
         exc = failed.get(partition)
         if isinstance(exc, KafkaError):
@@ -61,6 +61,20 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
         elif exc is not None:
             raise exc
     return response
+
+
+async def _synced(
+    commit: GroupCommit, partitions: list[Partition]
+) -> dict[Partition, BaseException]:
+    """Wait until every partition is durable; what failed, by partition."""
+    if len(partitions) == 1:  # the common case, without gather's extra futures
+        try:
+            await commit.sync(partitions[0].log)
+        except Exception as exc:
+            return {partitions[0]: exc}
+        return {}
+    synced = await asyncio.gather(*(commit.sync(p.log) for p in partitions), return_exceptions=True)
+    return {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
 
 
 def _refusal(ctx: RequestContext, topic: str) -> tuple[int, str] | None:

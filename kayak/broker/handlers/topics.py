@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kayak.broker.catalog import NewTopic, Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
@@ -52,6 +53,7 @@ async def handle_create_topics(
     response = CreateTopicsResponse()
     duplicates = _duplicates([t.name for t in request.topics])
     may_create_any = allowed_on_cluster(ctx, AclOperation.CREATE)
+    creatable: list[tuple[CreatableTopicResult, NewTopic]] = []
     for wanted in request.topics:
         if wanted.name in duplicates:
             continue
@@ -60,7 +62,17 @@ async def handle_create_topics(
         elif not (may_create_any or allowed(ctx, AclOperation.CREATE, TOPIC, wanted.name)):
             response.topics.append(_unauthorized(wanted.name, "create"))
         else:
-            response.topics.append(_create(ctx, wanted, request.validate_only))
+            result = CreatableTopicResult(name=wanted.name)
+            new = _new_topic(ctx, wanted, result)
+            response.topics.append(result)
+            if new is not None:
+                creatable.append((result, new))
+    # Every topic of the request in one durable catalog write, answered once it is durable.
+    created = await ctx.broker.catalog.create_topics(
+        [new for _, new in creatable], request.validate_only
+    )
+    for (result, new), topic in zip(creatable, created, strict=True):
+        _describe_created(result, new, topic)
     for name in sorted(duplicates):
         response.topics.append(
             CreatableTopicResult(
@@ -87,41 +99,42 @@ def _unauthorized(name: str, action: str) -> CreatableTopicResult:
     )
 
 
-def _create(
-    ctx: RequestContext, wanted: CreatableTopic, validate_only: bool
-) -> CreatableTopicResult:
-    result = CreatableTopicResult(name=wanted.name)
+def _new_topic(
+    ctx: RequestContext, wanted: CreatableTopic, result: CreatableTopicResult
+) -> NewTopic | None:
+    """What to create, or None with ``result`` holding why not."""
     if wanted.replication_factor not in (-1, 1):
         result.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
         result.error_message = f"replication factor {wanted.replication_factor}: one node holds 1"
-        return result
+        return None
     if wanted.assignments:
         result.error_code = ErrorCode.INVALID_REQUEST
         result.error_message = "manual replica assignment is not supported on one node"
-        return result
+        return None
     partitions = wanted.num_partitions
     if partitions == -1:
         partitions = ctx.broker.config.num_partitions
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}
-    try:
-        topic = ctx.broker.catalog.create(
-            wanted.name, partitions, configs, validate_only=validate_only
-        )
-    except KafkaError as exc:
-        result.error_code, result.error_message = exc.code, exc.message
-        return result
+    return NewTopic(wanted.name, partitions, configs)
+
+
+def _describe_created(
+    result: CreatableTopicResult, new: NewTopic, topic: Topic | KafkaError
+) -> None:
+    if isinstance(topic, KafkaError):
+        result.error_code, result.error_message = topic.code, topic.message
+        return
     result.topic_id = topic.topic_id
-    result.num_partitions = partitions
+    result.num_partitions = new.num_partitions
     result.replication_factor = 1
     result.configs = [
         CreatableTopicConfigs(
             name=name,
             value=value,
-            config_source=TOPIC_CONFIG if name in configs else DEFAULT_CONFIG,
+            config_source=TOPIC_CONFIG if name in new.configs else DEFAULT_CONFIG,
         )
         for name, value in topic.config.to_properties().items()
     ]
-    return result
 
 
 async def handle_delete_topics(
@@ -140,6 +153,7 @@ async def handle_delete_topics(
                 name=duplicate, error_code=ErrorCode.INVALID_REQUEST, error_message=_DUPLICATE
             )
         )
+    deletable: list[DeletableTopicResult] = []
     for name, topic_id in names:
         if name in duplicates:
             continue
@@ -162,11 +176,13 @@ async def handle_delete_topics(
             result.error_message = f"{topic.name} is an internal topic and cannot be deleted"
         else:
             result.name, result.topic_id = topic.name, topic.topic_id
-            try:
-                catalog.delete(topic.name)
-            except KafkaError as exc:
-                result.error_code, result.error_message = exc.code, exc.message
+            deletable.append(result)
         response.responses.append(result)
+    # One durable catalog write for the whole request (and whatever else is queued).
+    failures = await catalog.delete_topics([result.name for result in deletable if result.name])
+    for result, failure in zip(deletable, failures, strict=True):
+        if failure is not None:
+            result.error_code, result.error_message = failure.code, failure.message
     return response
 
 
@@ -181,6 +197,7 @@ async def handle_create_partitions(
                 name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=_DUPLICATE
             )
         )
+    growing: list[tuple[CreatePartitionsTopicResult, int]] = []
     for wanted in request.topics:
         if wanted.name in duplicates:
             continue
@@ -196,9 +213,12 @@ async def handle_create_partitions(
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "manual replica assignment is not supported on one node"
         else:
-            try:
-                ctx.broker.catalog.add_partitions(wanted.name, wanted.count, request.validate_only)
-            except KafkaError as exc:
-                result.error_code, result.error_message = exc.code, exc.message
+            growing.append((result, wanted.count))
         response.results.append(result)
+    failures = await ctx.broker.catalog.create_partitions(
+        [(result.name, count) for result, count in growing], request.validate_only
+    )
+    for (result, _), failure in zip(growing, failures, strict=True):
+        if failure is not None:
+            result.error_code, result.error_message = failure.code, failure.message
     return response

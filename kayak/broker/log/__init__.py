@@ -2,6 +2,7 @@
 
 - :class:`PartitionLog`: one partition's segments, offsets, retention and prefix truncation.
 - :class:`Segment`: one ``.log`` file with its sparse ``.index`` and ``.timeindex``.
+- :class:`OpenFiles`: the bounded cache of open segment files (``OPEN_FILES``).
 - :class:`GroupCommit`: makes appends durable with shared fdatasync rounds.
 - :class:`LogConfig`: per-topic settings by Kafka's property names.
 """
@@ -10,15 +11,20 @@ from __future__ import annotations
 
 from kayak.broker.log.config import LogConfig
 from kayak.broker.log.group_commit import FlushMode, GroupCommit
+from kayak.broker.log.open_files import OPEN_FILES, OpenFiles
 from kayak.broker.log.partition import AppendResult, PartitionLog
-from kayak.broker.log.segment import FileSlice, Segment
+from kayak.broker.log.segment import CopiedSlice, FileSlice, RecordsSlice, Segment
 
 __all__ = [
+    "OPEN_FILES",
     "AppendResult",
+    "CopiedSlice",
     "FileSlice",
     "FlushMode",
     "GroupCommit",
     "LogConfig",
+    "OpenFiles",
     "PartitionLog",
+    "RecordsSlice",
     "Segment",
 ]

@@ -20,6 +20,10 @@ PROPERTY_NAMES = {
     "message.timestamp.type": "message_timestamp_type",
 }
 _CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+# KIP-1030 (Kafka 4.0): smaller segments only multiply files and descriptors.
+SEGMENT_BYTES_MINIMUM = 1024 * 1024
+# What older kayak versions accepted; topics stored with such a value still load.
+_SEGMENT_BYTES_FLOOR = 14
 _TIMESTAMP_TYPES = {"CreateTime", "LogAppendTime"}
 
 
@@ -38,9 +42,17 @@ class LogConfig:
 
     @classmethod
     def from_properties(
-        cls, properties: Mapping[str, Any], base: LogConfig | None = None
+        cls,
+        properties: Mapping[str, Any],
+        base: LogConfig | None = None,
+        from_user: bool = False,
     ) -> LogConfig:
-        """Build from Kafka-named properties (strings from a config file are fine)."""
+        """Build from Kafka-named properties (strings from a config file are fine).
+
+        ``from_user``: the properties come from a request or a command line, not from the
+        broker's own stored topics, and must also meet today's minimums (``segment.bytes``
+        ≥ 1 MiB); a topic stored by an older version with a smaller value still loads.
+        """
         changes: dict[str, Any] = {}
         for name, raw in properties.items():
             attr = PROPERTY_NAMES.get(name)
@@ -48,7 +60,10 @@ class LogConfig:
                 raise ConfigError(name, "not a topic configuration kayak knows")
             changes[attr] = _coerce(name, attr, raw)
         config = replace(base or cls(), **changes)
-        config.validate()
+        if from_user:
+            config.validate_user_choice()
+        else:
+            config.validate()
         return config
 
     def to_properties(self) -> dict[str, str]:
@@ -56,9 +71,21 @@ class LogConfig:
         by_attr = {attr: name for name, attr in PROPERTY_NAMES.items()}
         return {by_attr[f.name]: str(getattr(self, f.name)) for f in fields(self)}
 
+    def validate_user_choice(self) -> None:
+        """:meth:`validate`, plus the minimums a new setting must meet (KIP-1030)."""
+        if self.segment_bytes < SEGMENT_BYTES_MINIMUM:
+            raise ConfigError(
+                "segment.bytes",
+                f"{self.segment_bytes} is below the minimum {SEGMENT_BYTES_MINIMUM} (1 MiB)",
+            )
+        self.validate()
+
     def validate(self) -> None:
-        if self.segment_bytes < 14:
-            raise ConfigError("segment.bytes", f"{self.segment_bytes} is below the minimum 14")
+        """Check every setting is usable at all (what stored topics must meet)."""
+        if self.segment_bytes < _SEGMENT_BYTES_FLOOR:
+            raise ConfigError(
+                "segment.bytes", f"{self.segment_bytes} is below the minimum {_SEGMENT_BYTES_FLOOR}"
+            )
         if self.segment_ms < 1:
             raise ConfigError("segment.ms", f"{self.segment_ms} must be at least 1")
         if self.retention_ms < -1:

@@ -14,8 +14,10 @@ import asyncio
 import enum
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from kayak.broker.log.partition import FlushPoint, PartitionLog
+from kayak.errors import KafkaError, NotLeaderOrFollowerError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class GroupCommit:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kayak-fsync")
         self._dirty: set[PartitionLog] = set()
         self._running: asyncio.Future[None] | None = None
-        self._round_ended: asyncio.Future[None] | None = None
+        self._waiters: list[_Waiter] = []
         self.syncs = 0  # fdatasync rounds run, for tests and metrics
 
     def sync(self, plog: PartitionLog) -> asyncio.Future[None]:
@@ -58,16 +60,19 @@ class GroupCommit:
         away (a closed connection) does not leave appended data unsynced and unreadable.
         The awaitable raises KAFKA_STORAGE_ERROR if the partition is (or goes) offline.
         """
-        if self.mode is FlushMode.NEVER:
-            return asyncio.ensure_future(_checked(plog))
         if self.mode is FlushMode.ALWAYS:
             # Its own fsync, even if another request's round already covers this data: that
             # fsync may not have finished yet.
             flush = asyncio.ensure_future(self._run([plog], force=True))
             return asyncio.ensure_future(self._wait_for(plog, flush))
-        target = plog.log_end_offset
+        # A plain future, resolved when a round ends: no task per waiting request.
+        waiter = asyncio.get_running_loop().create_future()
+        if self.mode is FlushMode.NEVER or plog.offline is not None:
+            _resolve(waiter, plog)
+            return waiter
+        self._waiters.append(_Waiter(plog, plog.log_end_offset, waiter))
         self.schedule(plog)
-        return asyncio.ensure_future(self._wait_until_durable(plog, target))
+        return waiter
 
     def schedule(self, plog: PartitionLog) -> None:
         """Make ``plog`` durable in the next round, with nobody waiting (acks=0)."""
@@ -81,15 +86,6 @@ class GroupCommit:
         await asyncio.shield(flush)
         plog.check_online()
 
-    async def _wait_until_durable(self, plog: PartitionLog, target: int) -> None:
-        while plog.durable_offset < target and plog.offline is None:
-            if self._running is None:  # defensive: a round must be coming for us
-                self.schedule(plog)
-            if self._round_ended is None:
-                self._round_ended = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._round_ended)
-        plog.check_online()
-
     def _start_round(self) -> None:
         logs, self._dirty = list(self._dirty), set()
         self._running = asyncio.ensure_future(self._run(logs))
@@ -97,13 +93,23 @@ class GroupCommit:
 
     def _round_done(self, finished: asyncio.Future[None]) -> None:
         self._running = None
-        ended, self._round_ended = self._round_ended, None
-        if ended is not None and not ended.done():
-            exc = None if finished.cancelled() else finished.exception()
-            if exc is not None:
-                ended.set_exception(exc)
+        failure = None if finished.cancelled() else finished.exception()
+        waiting, self._waiters = self._waiters, []
+        for entry in waiting:
+            if entry.future.done():
+                continue  # its request went away; the data still became durable
+            if failure is not None:
+                entry.future.set_exception(failure)
+            elif entry.plog.offline is not None or entry.plog.durable_offset >= entry.target:
+                _resolve(entry.future, entry.plog)
+            elif entry.plog.closed:
+                # Closed (deleted, handed to another shard) without its data known durable.
+                entry.future.set_exception(
+                    NotLeaderOrFollowerError(f"{entry.plog.directory.name} was closed")
+                )
             else:
-                ended.set_result(None)
+                self._waiters.append(entry)
+                self._dirty.add(entry.plog)  # defensive: a round must be coming for it
         if self._dirty:
             self._start_round()
 
@@ -124,12 +130,34 @@ class GroupCommit:
         self._executor.shutdown(wait=True)
 
 
-async def _checked(plog: PartitionLog) -> None:
-    plog.check_online()
+class _Waiter(NamedTuple):
+    """A request waiting for ``plog`` to be durable up to ``target`` (its log end offset)."""
+
+    plog: PartitionLog
+    target: int
+    future: asyncio.Future[None]
+
+
+def _resolve(waiter: asyncio.Future[None], plog: PartitionLog) -> None:
+    """Release ``waiter``: acknowledged, or KAFKA_STORAGE_ERROR if ``plog`` is offline."""
+    try:
+        plog.check_online()
+    except KafkaError as exc:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(None)
 
 
 def _flush_point(plog: PartitionLog, force: bool) -> FlushPoint | None:
-    return None if plog.offline is not None else plog.flush_point(force)
+    """What to sync for ``plog``: nothing once it is offline or closed (closing sealed it, or
+    failed and the partition is not trusted); a log whose file cannot be taken fails alone."""
+    if plog.offline is not None or plog.closed:
+        return None
+    try:
+        return plog.flush_point(force)
+    except OSError as exc:
+        plog.take_offline(f"cannot sync: {exc}")
+        return None
 
 
 def _fdatasync_all(points: list[FlushPoint]) -> list[OSError | None]:

@@ -156,9 +156,17 @@ class TimeIndex:
 
 def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise IndexFileError(f"{path} is missing") from None
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size)
+        while len(data) < size and (more := os.read(fd, size - len(data))):
+            data += more
+        return data
+    finally:
+        os.close(fd)
 
 
 def _write_durably(path: Path, data: bytes | bytearray) -> None:

@@ -26,32 +26,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
-
 from kayak.broker.log.config import LogConfig
 from kayak.broker.log.files import fsync_directory, write_atomically
-from kayak.broker.log.loader import load_segments
+from kayak.broker.log.loader import load_segments, write_sealed_segments
+from kayak.broker.log.open_files import OPEN_FILES, OpenFiles, SegmentFile
+from kayak.broker.log.produced import ProducedBatches
 from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
-from kayak.broker.log.segment import FileSlice, Segment, SegmentDamagedError, SegmentFile
-from kayak.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    KafkaStorageError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
+from kayak.broker.log.segment import (
+    RecordsSlice,
+    Segment,
+    SegmentDamagedError,
+    UnreadableSegmentError,
 )
-from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS
-from kayak.protocol.records.scanner import BatchHeader, assign_offsets, scan_batches
-from kayak.protocol.records.validation import validate_produced_records
+from kayak.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
+from kayak.protocol.primitives import Buffer
+from kayak.protocol.records.scanner import BatchHeader
 
 log = logging.getLogger(__name__)
 
 LOG_START_CHECKPOINT = "log-start-offset"
 PRODUCER_SNAPSHOT = "producer-state.snapshot"
-_TIMESTAMP_TYPE_BIT = 0x08
-# v2 header positions of the timestamps LogAppendTime rewrites (inside the CRC).
-_BASE_TIMESTAMP_AT = 27
-_MAX_TIMESTAMP_AT = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +63,31 @@ class AppendResult:
 class FlushPoint:
     """A position of the active segment to make durable (see :meth:`PartitionLog.flush_point`).
 
-    It holds the segment's file, so a roll or a deletion meanwhile cannot close it.
+    It holds the segment's file, so a roll or a deletion meanwhile cannot close it; or, when
+    the cache of open files allows no more holders (``file`` is None), the sync opens the file
+    by name for the moment it takes. A descriptor opened after a write still reports that
+    write's failure (Linux 4.16+ reports a writeback error to every file not yet told of it).
     """
 
     log: PartitionLog
     segment: Segment
-    file: SegmentFile
+    file: SegmentFile | None
     position: int
     offset: int
 
     def sync(self) -> None:
         """fdatasync the file (blocking: run it in a worker thread)."""
-        os.fdatasync(self.file.fd)
+        if self.file is not None:
+            os.fdatasync(self.file.fd)
+            return
+        try:
+            fd = os.open(self.segment.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # deleted meanwhile (retention, DeleteRecords): nothing left to keep
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +103,14 @@ class PartitionLog:
     """The segments of one topic-partition and the offsets that bound them."""
 
     def __init__(
-        self, directory: Path, config: LogConfig, visible_after_flush: bool = False
+        self,
+        directory: Path,
+        config: LogConfig,
+        visible_after_flush: bool = False,
+        files: OpenFiles = OPEN_FILES,
     ) -> None:
         self.directory = directory
+        self.files = files  # the bounded cache its segments open their files through
         self.leader_epoch = 0  # a single node never changes leader
         self.config = config
         self.visible_after_flush = visible_after_flush
@@ -106,9 +118,11 @@ class PartitionLog:
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
         self.offline: str | None = None  # why the partition is offline (None: online)
+        self.closed = False  # close() ran: nothing more is appended or synced here
         self.on_visible: Callable[[], None] | None = None  # the high watermark moved
         self._visible: _Visible | None = None
         self._flushed = (0, 0)  # (position, offset) of the active segment known durable
+        self._snapshot_current = False  # the producer snapshot on disk covers the log
 
     # -- opening ------------------------------------------------------------------------
 
@@ -119,8 +133,12 @@ class PartitionLog:
         config: LogConfig,
         clean_shutdown: bool = False,
         visible_after_flush: bool = False,
+        files: OpenFiles = OPEN_FILES,
     ) -> PartitionLog:
         """Open (creating if needed) and recover a partition directory (see ``loader``).
+
+        Segment files are opened through ``files`` (the process's bounded cache by default)
+        and only as they are used: sealed segments are not opened here at all.
 
         A directory that fails its checks opens *offline*: every operation then raises
         KAFKA_STORAGE_ERROR naming the problem, and the broker's other partitions are not
@@ -129,8 +147,8 @@ class PartitionLog:
         if not directory.exists():
             directory.mkdir(parents=True)
             fsync_directory(directory.parent)
-        plog = cls(directory, config, visible_after_flush)
-        loaded = load_segments(directory, config.index_interval_bytes, clean_shutdown)
+        plog = cls(directory, config, visible_after_flush, files)
+        loaded = load_segments(directory, config.index_interval_bytes, clean_shutdown, files)
         plog.segments = loaded.segments
         if loaded.problem is not None:
             plog.take_offline(loaded.problem)
@@ -173,6 +191,7 @@ class PartitionLog:
             table = ProducerStateTable()
         if table.snapshot_offset > self.log_end_offset:
             table = ProducerStateTable()  # a torn tail was cut after the snapshot was taken
+        self._snapshot_current = table.next_offset >= self.log_end_offset
         for segment in self.segments:
             if segment.next_offset > table.next_offset:
                 table.rebuild(segment.headers())
@@ -185,7 +204,7 @@ class PartitionLog:
         self._visible = _Visible(active.next_offset, active, active.size)
 
     def _new_segment(self, base_offset: int) -> Segment:
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
         fsync_directory(self.directory)
         return segment
 
@@ -249,51 +268,44 @@ class PartitionLog:
         A write that fails leaves nothing in the file and raises KAFKA_STORAGE_ERROR.
         """
         self.check_online()
-        buf = bytearray(records)
+        config = self.config
         base_offset = self.log_end_offset
-        next_offset = assign_offsets(buf, base_offset, partition_leader_epoch=self.leader_epoch)
-        headers = list(scan_batches(buf))
-        compacted = "compact" in self.config.cleanup_policy
-        for header in headers:
-            if header.is_control:
-                raise InvalidRecordError("control batches are written by the broker, not produced")
-            if header.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {header.size} bytes exceeds max.message.bytes "
-                    f"{self.config.max_message_bytes}"
-                )
-            validate_produced_records(
-                buf, header, compacted=compacted, log_append_time=self.config.log_append_time
-            )
+        batches = ProducedBatches.check(records, config, base_offset, self.leader_epoch)
         # Idempotent producers: a retry of a stored batch gets its original offsets and
         # nothing is written; a gap or a stale epoch raises before anything is written.
-        duplicate = next((d for d in self.producers.check_all(headers) if d is not None), None)
+        duplicate = next(
+            (d for d in self.producers.check_all(batches.headers) if d is not None), None
+        )
         if duplicate is not None:
-            stamp = duplicate.max_timestamp if self.config.log_append_time else -1
+            stamp = duplicate.max_timestamp if config.log_append_time else -1
             return AppendResult(
                 duplicate.first_offset, duplicate.last_offset, stamp, self.log_start_offset, True
             )
         append_time = -1
-        if self.config.log_append_time:
+        if config.log_append_time:
             append_time = now_ms if now_ms is not None else int(time.time() * 1000)
-            headers = [_stamp_log_append_time(buf, h, append_time) for h in headers]
-        self._maybe_roll(len(buf))
-        self._write(buf, headers)
+            parts, headers = batches.stamped(append_time)
+        else:
+            parts, headers = batches.stored(), batches.headers
+        size = len(batches.view)
+        self._maybe_roll(size)
+        self._write(parts, size, headers)
         for header in headers:
             self.producers.update(header)
         if not self.visible_after_flush:
             self._advance_visible(self.active, self.active.size, self.active.next_offset)
-        return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
+        last = batches.next_offset - 1
+        return AppendResult(base_offset, last, append_time, self.log_start_offset)
 
-    def _write(self, buf: bytearray, headers: list[BatchHeader]) -> None:
+    def _write(self, parts: list[Buffer], size: int, headers: list[BatchHeader]) -> None:
         try:
-            self.active.append(memoryview(buf), headers)
+            self.active.append(parts, headers)
         except SegmentDamagedError as exc:
             self.take_offline(str(exc))
             raise KafkaStorageError(str(exc)) from exc
         except OSError as exc:
             log.error("%s: append of %d bytes failed and was cut back: %s",
-                      self.directory.name, len(buf), exc.strerror or exc)  # fmt: skip
+                      self.directory.name, size, exc.strerror or exc)  # fmt: skip
             raise KafkaStorageError(
                 f"{self.directory.name}: write failed: {exc.strerror or exc}"
             ) from exc
@@ -324,10 +336,14 @@ class PartitionLog:
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         try:
             sealing.save_indexes()
+            sealing.sealed = True
+            write_sealed_segments(self.directory, self.segments)
             segment = self._new_segment(self.log_end_offset)  # its dir fsync covers both
         except OSError as exc:
             # Nothing is lost (the data is synced) and the segment simply stays active; a
-            # full disk must not take the partition offline.
+            # full disk must not take the partition offline. Active again: its in-memory
+            # indexes must not be dropped as a sealed segment's may be.
+            sealing.sealed = False
             log.error("%s: cannot roll %s: %s", self.directory.name, sealing.path.name, exc)
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
         self.segments.append(segment)
@@ -351,7 +367,7 @@ class PartitionLog:
         active = self.active
         if not force and active.size == self._flushed[0]:
             return None
-        return FlushPoint(self, active, active.file, active.size, active.next_offset)
+        return FlushPoint(self, active, active.pin_file(), active.size, active.next_offset)
 
     def flushed(self, point: FlushPoint) -> None:
         """``point`` is on disk: move the high watermark up to it."""
@@ -372,7 +388,7 @@ class PartitionLog:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> FileSlice | None:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> RecordsSlice | None:
         """Batches from the one holding ``offset``; None at the high watermark.
 
         Raises :class:`~kayak.errors.OffsetOutOfRangeError` outside [log start, high
@@ -389,10 +405,13 @@ class PartitionLog:
         except CorruptRecordError as exc:
             log.error("%s: read at offset %d: %s", self.directory.name, offset, exc.message)
             raise
+        except UnreadableSegmentError as exc:
+            self.take_offline(exc.message)
+            raise
 
     def _read(
         self, offset: int, max_bytes: int, min_one: bool, visible: _Visible
-    ) -> FileSlice | None:
+    ) -> RecordsSlice | None:
         i = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
         for segment in self.segments[i:]:
             if segment.base_offset >= visible.offset:
@@ -418,7 +437,11 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            header = segment.find_by_timestamp(timestamp)
+            try:
+                header = segment.find_by_timestamp(timestamp)
+            except UnreadableSegmentError as exc:
+                self.take_offline(exc.message)
+                raise
             if header is not None and header.base_offset < self.high_watermark:
                 return max(header.base_offset, self.log_start_offset), header.max_timestamp
         return None
@@ -502,7 +525,9 @@ class PartitionLog:
         then recover it rather than trust it.
         """
         clean = self.offline is None
-        if clean:
+        # Unchanged since a clean start (no append, no recovery): already sealed on disk.
+        unchanged = not self.active.changed and self._snapshot_current
+        if clean and not unchanged:
             try:
                 self.active.seal()
                 self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
@@ -510,21 +535,9 @@ class PartitionLog:
             except OSError as exc:
                 log.error("%s: closing failed: %s", self.directory.name, exc)
                 clean = False
+        if clean:  # sealed: everything appended is on disk, for whoever still waits on it
+            self._flushed = (self.active.size, self.active.next_offset)
+        self.closed = True
         for segment in self.segments:
             segment.close()
         return clean
-
-
-def _stamp_log_append_time(buf: bytearray, header: BatchHeader, append_time: int) -> BatchHeader:
-    """Set a batch's timestamp type to LogAppendTime and both timestamps to ``append_time``."""
-    pos = header.position
-    attributes = header.attributes | _TIMESTAMP_TYPE_BIT
-    buf[pos + ATTRIBUTES_POS : pos + ATTRIBUTES_POS + 2] = attributes.to_bytes(2, "big")
-    stamp = append_time.to_bytes(8, "big", signed=True)
-    buf[pos + _BASE_TIMESTAMP_AT : pos + _BASE_TIMESTAMP_AT + 8] = stamp
-    buf[pos + _MAX_TIMESTAMP_AT : pos + _MAX_TIMESTAMP_AT + 8] = stamp
-    crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_POS : header.end])
-    buf[pos + CRC_POS : pos + CRC_POS + 4] = crc.to_bytes(4, "big")
-    return header._replace(
-        attributes=attributes, base_timestamp=append_time, max_timestamp=append_time, crc=crc
-    )

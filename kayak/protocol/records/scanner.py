@@ -240,6 +240,24 @@ def complete_batches(buf: Buffer, pos: int = 0) -> tuple[list[BatchHeader], int]
     return headers, scan.complete_bytes
 
 
+def produced_batches(buf: Buffer) -> list[BatchHeader]:
+    """The headers of a producer's batches, each read once and checked (:func:`validate_batch`,
+    strict: CRC-32C, lengths, magic 2, record count against offsets).
+
+    Raises :class:`~kayak.errors.CorruptRecordError` if the buffer ends mid-batch.
+    """
+    scan = BatchScan(buf)
+    headers = list(scan)
+    for header in headers:
+        validate_batch(header, buf)
+    if scan.partial:
+        raise CorruptRecordError(
+            f"{len(buf) - scan.complete_bytes} trailing bytes at position {scan.complete_bytes} "
+            "are not a complete batch"
+        )
+    return headers
+
+
 def assign_offsets(
     buf: bytearray | memoryview,
     first_offset: int,

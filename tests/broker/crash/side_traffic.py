@@ -26,20 +26,20 @@ from tests.broker.crash.verdicts import read_topic
 from tests.broker.crash.workload import DELIVERY_TIMEOUT_MS, QUIET, MiB, Writer
 
 RETENTION_TOPIC = "crash-retention"
-RETENTION_SEGMENT_BYTES = 64 * 1024
-RETENTION_WRITE_BYTES_PER_S = 1 * MiB
+RETENTION_SEGMENT_BYTES = 1 * MiB  # the smallest segment.bytes a broker accepts (KIP-1030)
+RETENTION_WRITE_BYTES_PER_S = 4 * MiB
 DELETE_RECORDS_PARTITION = (Writer.CONFLUENT_IDEMPOTENT.topic, 0)
 
 
 class SideTraffic:
     """DeleteRecords on one partition and a retention change on a throwaway topic, with a
-    writer keeping that topic's 64 KiB segments coming; all in threads of this process."""
+    writer keeping that topic's 1 MiB segments coming; all in threads of this process."""
 
     def __init__(self, bootstrap: str, round_number: int, deleted_below: dict[int, int]) -> None:
         self._bootstrap = bootstrap
         self._round = round_number
         self.deleted_below = deleted_below
-        self.retention_bytes = 256 * 1024 if round_number % 2 == 0 else 192 * 1024
+        self.retention_bytes = 2 * MiB if round_number % 2 == 0 else 3 * MiB // 2
         self.stop = threading.Event()
         self.errors: list[str] = []
         self.done: list[str] = []
