@@ -113,6 +113,7 @@ class Settings:
     data_root: Path
     py_spy: Path | None
     producer_config: tuple[tuple[str, str], ...]  # --producer-config overrides
+    flush: str = "group"  # kayak's --flush
 
 
 @dataclass(frozen=True)
@@ -576,7 +577,7 @@ def start_brokers(settings: Settings) -> dict[str, BrokerProcess]:
     brokers: dict[str, BrokerProcess] = {}
     try:
         if KAYAK in settings.brokers:
-            brokers[KAYAK] = start_kayak(settings.data_root, "group")
+            brokers[KAYAK] = start_kayak(settings.data_root, settings.flush)
         if TANSU in settings.brokers:
             brokers[TANSU] = start_tansu(settings.data_root)
     except BaseException:
@@ -753,6 +754,9 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         metavar="KEY=VALUE",
         help="extra librdkafka producer setting, e.g. max.in.flight.requests.per.connection=5",
     )
+    parser.add_argument(
+        "--flush", default="group", choices=("group", "always", "never"), help="kayak's --flush"
+    )
     parser.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
@@ -776,6 +780,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         data_root=args.data_root,
         py_spy=args.py_spy,
         producer_config=tuple(_key_value(item, parser) for item in args.producer_config),
+        flush=args.flush,
     )
     return settings, args.markdown
 

@@ -141,7 +141,7 @@ class ServerConnection:
     """The server side of one Kafka connection."""
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._frames = FrameDecoder(max_frame_size)
+        self._frames = FrameDecoder(max_frame_size, lazy_large_frames=True)
 
     @property
     def max_frame_size(self) -> int:

@@ -2,9 +2,11 @@
 
 Every Kafka request and response travels as an int32 size followed by that many bytes. The
 size is checked against a limit as soon as its four bytes arrive, before any of the frame is
-buffered, so a lying or hostile peer cannot make us allocate more than the limit; and a frame
-over 1 MiB is assembled in anonymous memory that the kernel backs only as bytes arrive, so a
-peer that announces a large frame and sends nothing costs address space, not memory.
+buffered, so a lying or hostile peer cannot make us allocate more than the limit. A server
+(``lazy_large_frames``) assembles a frame over 1 MiB in anonymous memory that the kernel backs
+only as bytes arrive, so a client that announces a large request and sends nothing costs
+address space, not memory; a client trusts its broker's announced sizes and takes ordinary
+buffers, which the allocator reuses without page faults (large fetch responses stay fast).
 
 Each frame is assembled in a buffer of exactly its announced size, which it then owns: decoded
 messages may keep views of it (record batches are never copied out). Bytes arrive one of two
@@ -20,6 +22,7 @@ ways, and both end in the same frames:
 from __future__ import annotations
 
 import mmap
+import sys
 from collections import deque
 
 from kayak.errors import FrameTooLargeError, KayakError, MalformedMessageError
@@ -44,8 +47,8 @@ Frame = bytearray | memoryview
 view of anonymous memory that is unmapped when the last view of it goes."""
 
 
-def _frame_buffer(size: int) -> Frame:
-    if size <= _LAZY_FRAME_SIZE:
+def _frame_buffer(size: int, lazy_above: int) -> Frame:
+    if size <= lazy_above:
         return bytearray(size)
     return memoryview(mmap.mmap(-1, size))
 
@@ -59,8 +62,11 @@ class FrameDecoder:
     nothing after it is assembled.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, lazy_large_frames: bool = False
+    ) -> None:
         self.max_frame_size = max_frame_size
+        self._lazy_above = _LAZY_FRAME_SIZE if lazy_large_frames else sys.maxsize
         self._ready: deque[Frame] = deque()
         self._prefix = bytearray(_PREFIX)
         self._prefix_filled = 0
@@ -107,6 +113,16 @@ class FrameDecoder:
         pos, end = 0, len(data)
         while pos < end and self._error is None:
             frame = self._frame
+            if frame is None and not self._prefix_filled and end - pos >= _PREFIX:
+                # Between frames with a whole prefix at hand (the common case for a burst of
+                # small requests): read it in place, and take a whole frame in one slice.
+                size = INT32.unpack_from(data, pos)[0]
+                if 0 <= size <= self._lazy_above and size <= self.max_frame_size:
+                    start = pos + _PREFIX
+                    if end - start >= size:
+                        self._ready.append(bytearray(data[start : start + size]))
+                        pos = start + size
+                        continue
             if frame is None:
                 take = min(_PREFIX - self._prefix_filled, end - pos)
                 filled = self._prefix_filled
@@ -132,7 +148,7 @@ class FrameDecoder:
             )
         else:
             self._prefix_filled = 0
-            self._frame, self._filled = _frame_buffer(size), 0
+            self._frame, self._filled = _frame_buffer(size, self._lazy_above), 0
             if size == 0:
                 self._finish_frame()
 

@@ -250,7 +250,7 @@ def resident_bytes() -> int:
 
 def test_a_large_announced_frame_costs_memory_only_as_bytes_arrive() -> None:
     size = 96 << 20
-    decoders = [FrameDecoder() for _ in range(4)]
+    decoders = [FrameDecoder(lazy_large_frames=True) for _ in range(4)]  # the server's
     before = resident_bytes()
     for decoder in decoders:  # four peers each announce 96 MiB and send 10 bytes of it
         decoder.feed(struct.pack(">i", size) + b"0123456789")
@@ -264,3 +264,12 @@ def test_a_large_announced_frame_costs_memory_only_as_bytes_arrive() -> None:
     frame = decoder.next_frame()
     assert frame is not None and len(frame) == size
     assert bytes(frame[:12]) == b"0123456789xx" and frame[-1] == ord("x")
+
+
+def test_the_server_side_assembles_large_requests_lazily() -> None:
+    servers = [ServerConnection() for _ in range(4)]
+    before = resident_bytes()
+    for server in servers:
+        server.receive_data(struct.pack(">i", 96 << 20) + b"\x00\x03\x00\x09")
+        assert server.next_event() is None
+    assert resident_bytes() - before < 16 << 20, "a peer's announced size was allocated"

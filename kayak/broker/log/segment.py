@@ -510,8 +510,12 @@ def _write_all(fd: int, parts: Sequence[Buffer], position: int) -> int:
 
     Explicit positions: after a reopen or a recovery cut the fd's own offset means nothing.
     """
+    total = sum(map(len, parts))
+    if len(parts) <= _IOV_MAX and os.pwritev(fd, parts, position) == total:
+        return total  # the usual case: everything in one call
+    # A short write (or more parts than one call takes): write again from the start, as
+    # positions are explicit, part by part until everything is down.
     views = [memoryview(part).cast("B") for part in parts]
-    total = sum(len(view) for view in views)
     written = 0
     while views:
         batch = views[:_IOV_MAX]
