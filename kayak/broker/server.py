@@ -35,6 +35,7 @@ from kayak.broker.log.files import (
     remove_quietly,
     write_atomically,
 )
+from kayak.broker.log.open_files import OPEN_FILES, default_fd_limit
 from kayak.broker.log.producer_state import ProducerIdAllocator
 from kayak.broker.registry import SchemaRegistry
 from kayak.broker.security.acls import Authorizer
@@ -106,6 +107,7 @@ class Broker:
         lock_name = ".lock" if config.node_id == 0 else f".lock-{config.node_id}"
         self._lock = DirectoryLock(config.data_dir / lock_name)
         self._lock.acquire()
+        OPEN_FILES.resize_for_fd_limit(default_fd_limit())  # ulimit -n as it is now
         try:
             await self._start_locked()
         except BaseException:

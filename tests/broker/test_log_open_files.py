@@ -200,3 +200,16 @@ def test_segment_bytes_below_one_mib_is_refused_from_users_only() -> None:
     assert LogConfig.from_properties({"segment.bytes": "2048"}).segment_bytes == 2048
     with pytest.raises(ConfigError, match=r"segment\.bytes"):
         LogConfig.from_properties({"segment.bytes": "13"})
+
+
+def test_resizing_for_a_lower_limit_lets_files_go_and_reads_stay_right(tmp_path: Path) -> None:
+    files = OpenFiles.for_fd_limit(4096)
+    plog = fill(tmp_path / "t-0", files)
+    assert read_all(plog) == [value(i) for i in range(COUNT)]
+    assert len(files) > 4  # every segment read is cached
+    files.resize_for_fd_limit(32)  # the smallest budget: 16 descriptors, 4 cached
+    assert (files.capacity, files.pin_limit) == (4, 8)
+    assert len(files) <= 4 and files.open_count <= 4
+    assert read_all(plog) == [value(i) for i in range(COUNT)]
+    assert files.open_count <= 4
+    plog.close()

@@ -77,8 +77,18 @@ class OpenFiles:
     @classmethod
     def for_fd_limit(cls, limit: int) -> OpenFiles:
         """A cache sized from a descriptor limit (RLIMIT_NOFILE): half of it at most."""
-        budget = max(_MIN_BUDGET, min(limit // _SHARE_OF_LIMIT, _MAX_BUDGET))
-        return cls(capacity=budget // 4, pin_limit=budget // 2)
+        capacity, pin_limit = _bounds(limit)
+        return cls(capacity, pin_limit)
+
+    def resize_for_fd_limit(self, limit: int) -> None:
+        """Size the cache for ``limit`` (the broker calls it at start: ``ulimit -n`` may have
+        changed since import); files over the new capacity are let go now."""
+        with self._lock:
+            self.capacity, self.pin_limit = _bounds(limit)
+            while len(self._lru) > self.capacity:
+                _, evicted = self._lru.popitem(last=False)
+                evicted.open_file = None
+                evicted.file_evicted()
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -128,6 +138,12 @@ class OpenFiles:
             self.open_count -= 1
 
 
+def _bounds(limit: int) -> tuple[int, int]:
+    """(capacity, pin_limit) for a descriptor limit: half of it at most, in all."""
+    budget = max(_MIN_BUDGET, min(limit // _SHARE_OF_LIMIT, _MAX_BUDGET))
+    return budget // 4, budget // 2
+
+
 def default_fd_limit() -> int:
     """This process's soft RLIMIT_NOFILE (``ulimit -n``)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -135,7 +151,8 @@ def default_fd_limit() -> int:
 
 
 OPEN_FILES = OpenFiles.for_fd_limit(default_fd_limit())
-"""The process's cache, sized when the broker starts from its descriptor limit."""
+"""The process's cache: sized from the descriptor limit at import, and again when a broker
+starts (:meth:`OpenFiles.resize_for_fd_limit`)."""
 
 
 def closed_error(path: Path) -> OSError:
