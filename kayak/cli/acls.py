@@ -29,6 +29,7 @@ from kayak.broker.security.acls import (
     ResourceType,
 )
 from kayak.broker.security.acls.model import WILDCARD, validate_binding
+from kayak.cli.data_dir import data_dir_option, existing_data_dir
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -57,24 +58,10 @@ def _resource_options(command: F) -> F:
     return command
 
 
-_data_dir_option = click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("kayak-data"),
-    show_default=True,
-    help="The broker's data directory.",
-)
-
-
 def _store(data_dir: Path) -> AclStore:
     """The data directory's ACLs, or a one-line error."""
-    if not data_dir.is_dir():
-        raise click.ClickException(
-            f"data directory {data_dir} does not exist (create it, or start "
-            f"`kayak broker --data-dir {data_dir}` once)"
-        )
     try:
-        return AclStore.open(data_dir)
+        return AclStore.open(existing_data_dir(data_dir))
     except (AclStoreError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -163,7 +150,7 @@ def acls() -> None:
     show_default=True,
     help="literal (the exact name, or '*') or prefixed (every name starting with it).",
 )
-@_data_dir_option
+@data_dir_option
 def add(
     allow: tuple[str, ...],
     deny: tuple[str, ...],
@@ -271,7 +258,7 @@ _PATTERN_FILTER_HELP = "any (default), match (every ACL that applies), literal o
 @click.option(
     "--resource-pattern-type", default="any", show_default=True, help=_PATTERN_FILTER_HELP
 )
-@_data_dir_option
+@data_dir_option
 def list_acls(
     principals: tuple[str, ...],
     operations: tuple[str, ...],
@@ -317,7 +304,7 @@ def list_acls(
 @click.option(
     "--all", "remove_all", is_flag=True, help="Allow removing every ACL (no filter given)."
 )
-@_data_dir_option
+@data_dir_option
 def remove(
     principals: tuple[str, ...],
     operations: tuple[str, ...],

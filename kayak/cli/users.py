@@ -20,28 +20,16 @@ from kayak.broker.security.credentials import (
     UserChange,
     make_credential,
 )
+from kayak.cli.data_dir import data_dir_option, existing_data_dir
 from kayak.protocol.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
 
 MECHANISMS = tuple(SCRAM_MECHANISMS)
 
-_data_dir_option = click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("kayak-data"),
-    show_default=True,
-    help="The broker's data directory.",
-)
-
 
 def _store(data_dir: Path) -> CredentialStore:
     """The data directory's credentials, or a one-line error."""
-    if not data_dir.is_dir():
-        raise click.ClickException(
-            f"data directory {data_dir} does not exist (create it, or start "
-            f"`kayak broker --data-dir {data_dir}` once)"
-        )
     try:
-        return CredentialStore.open(data_dir)
+        return CredentialStore.open(existing_data_dir(data_dir))
     except (CredentialFileError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -80,7 +68,7 @@ def users() -> None:
     show_default=True,
     help="PBKDF2 iterations.",
 )
-@_data_dir_option
+@data_dir_option
 def add(
     name: str,
     password: str | None,
@@ -120,7 +108,7 @@ def _password(given: str | None, from_stdin: bool) -> str:
 
 
 @users.command("list")
-@_data_dir_option
+@data_dir_option
 def list_users(data_dir: Path) -> None:
     """Every user with its mechanisms and iterations (never a secret)."""
     store = _store(data_dir)
@@ -151,7 +139,7 @@ def list_users(data_dir: Path) -> None:
     default=None,
     help="Delete only this mechanism's credential (default: the user altogether).",
 )
-@_data_dir_option
+@data_dir_option
 def delete(name: str, mechanism: str | None, data_dir: Path) -> None:
     """Delete user NAME (or one of its credentials)."""
     store = _store(data_dir)
