@@ -33,5 +33,15 @@ class WireClient:
         except (ConnectionResetError, TimeoutError):
             return True
 
+    def closes_within(self, within: float) -> bool:
+        """Whether the broker closes the connection within ``within`` seconds."""
+        self.sock.settimeout(within)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
     def close(self) -> None:
         self.sock.close()

@@ -38,17 +38,6 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         threaded.__exit__(None, None, None)
 
 
-def is_closed(client: WireClient, within: float) -> bool:
-    """Whether the broker closes ``client`` within ``within`` seconds (reads EOF)."""
-    client.sock.settimeout(within)
-    try:
-        return client.sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def api_versions_ok(client: WireClient) -> bool:
     response: Any = client.request(ApiVersionsRequest(), 0)
     return bool(response.error_code == 0)
@@ -66,8 +55,8 @@ def test_idle_connections_are_closed(
         while time.monotonic() < deadline:  # a connection in use stays open
             assert api_versions_ok(busy)
             time.sleep(0.1)
-        assert is_closed(idle, within=0.1) or is_closed(idle, within=3)
-        assert not is_closed(busy, within=0.05)
+        assert idle.closes_within(0.1) or idle.closes_within(3)
+        assert not busy.closes_within(0.05)
     finally:
         busy.close()
         idle.close()
@@ -102,7 +91,7 @@ def test_connections_per_address_are_limited(
     third = WireClient(broker.bootstrap_servers)
     try:
         assert api_versions_ok(first) and api_versions_ok(second)
-        assert is_closed(third, within=5)
+        assert third.closes_within(5)
         warnings = [r for r in caplog.records if "max.connections.per.ip=2" in r.getMessage()]
         assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
         first.close()
@@ -144,11 +133,11 @@ def test_a_request_that_never_finishes_arriving_is_closed(
             except (BrokenPipeError, ConnectionResetError):
                 closed_slow = True
                 break
-            if is_closed(slow, within=0.05):
+            if slow.closes_within(0.05):
                 closed_slow = True
                 break
         assert closed_slow, "a slowly dripping request held its connection for 3 s"
-        assert is_closed(half, within=3)
+        assert half.closes_within(3)
         assert api_versions_ok(good)  # whole requests are unaffected
     finally:
         for client in (half, slow, good):

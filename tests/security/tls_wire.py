@@ -46,6 +46,11 @@ class TlsWireClient:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
+    def closes_within(self, within: float) -> bool:
+        """Whether the broker closes the connection within ``within`` seconds."""
+        self.sock.settimeout(within)
+        return self.closed_by_peer()
+
     def closed_by_peer(self) -> bool:
         """True once the broker has closed its side (EOF, reset or a TLS alert)."""
         try:
