@@ -3,6 +3,7 @@ sealed segments trusted from their record and their indexes loaded on first use.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def open_fds() -> int:
 
 def test_descriptors_stay_within_the_cache_however_many_segments(tmp_path: Path) -> None:
     files = OpenFiles(capacity=3, pin_limit=2)
+    gc.collect()  # descriptors an earlier test left to the collector close now, not mid-test
     before = open_fds()
     plog = fill(tmp_path / "t-0", files)
     assert len(plog.segments) >= 10
@@ -58,7 +60,8 @@ def test_descriptors_stay_within_the_cache_however_many_segments(tmp_path: Path)
     assert files.open_count <= 3 and open_fds() - before <= 3
     assert files.opened > len(plog.segments), "files were not closed and reopened"
     plog.close()
-    assert files.open_count == 0 and open_fds() == before
+    # every segment descriptor closed (<=: the process's other descriptors may close meanwhile)
+    assert files.open_count == 0 and open_fds() <= before
 
 
 def test_a_reopened_file_reads_the_same_bytes(tmp_path: Path) -> None:
