@@ -12,10 +12,14 @@ Peers, all in the same run, taking turns inside each run so that noise hits them
 * kayak's broker (a subprocess on a fresh data directory) with ``--flush group`` (fsync
   before ack, shared by every append waiting for it), ``--flush always`` (one fsync per
   request) and ``--flush never`` (page cache only, Kafka's default);
-* the machine's own limit: a tight ``write(2 KiB) + fdatasync`` loop on the same filesystem;
+* the machine's own limits: a tight ``write(2 KiB) + fdatasync`` loop on the same filesystem,
+  and an *empty server* (``bench/empty_server.py``: the broker's framing on uvloop answering
+  every request with a canned response, no decoding, storage or fsync), whose CPU per request
+  is the floor that the event loop and socket system calls set at each connection count;
 * optionally (``--tansu``) Tansu with in-memory storage: not durable, for context only.
 
-Targets: group at 128 connections >= 0.8x group at 1 connection, and >= 10x always.
+Targets: group at 128 connections >= 0.8x group at 1 connection, and >= 10x always; broker
+CPU per request <= 20 us (printed beside the empty server's floor at the same point).
 The client is kayak's sans-I/O protocol layer over asyncio streams on uvloop, in this process.
 
 Run: ``python bench/broker_appends.py`` (default: 5 runs x 8 connection counts x 3 modes,
@@ -46,6 +50,7 @@ from peers import (
     paired_ratio,
     run_async,
     spread,
+    start_empty_server,
     start_kayak,
     start_tansu,
     times,
@@ -63,6 +68,7 @@ TOPIC = "appends"
 PRODUCE_VERSION = 9
 MODES = ("group", "always", "never")
 TANSU = "tansu"
+EMPTY = "empty"
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class Settings:
 
     @property
     def peers(self) -> tuple[str, ...]:
-        return (*MODES, TANSU) if self.tansu else MODES
+        return (*MODES, EMPTY, TANSU) if self.tansu else (*MODES, EMPTY)
 
 
 @dataclass
@@ -156,11 +162,15 @@ async def appends_per_second(
 
 
 def measure_peer(peer: str, settings: Settings, samples: Samples) -> None:
-    broker = (
-        start_tansu(settings.data_root) if peer == TANSU else start_kayak(settings.data_root, peer)
-    )
+    if peer == TANSU:
+        broker = start_tansu(settings.data_root)
+    elif peer == EMPTY:
+        broker = start_empty_server(settings.data_root, TOPIC)
+    else:
+        broker = start_kayak(settings.data_root, peer)
     with broker:
-        create_topic(broker.bootstrap, TOPIC)
+        if peer != EMPTY:  # the empty server answers Produce only
+            create_topic(broker.bootstrap, TOPIC)
         for connections in settings.connections:
             rate, cores = run_async(appends_per_second(broker, connections, settings))
             samples.add(peer, connections, rate, cores)
@@ -169,8 +179,9 @@ def measure_peer(peer: str, settings: Settings, samples: Samples) -> None:
                 f"broker CPU {cores:.2f} cores",
                 flush=True,
             )
-        appended = high_watermark(broker.bootstrap, TOPIC)
-        print(f"  {peer:>6} log end offset after the run: {appended:,}", flush=True)
+        if peer != EMPTY:
+            appended = high_watermark(broker.bootstrap, TOPIC)
+            print(f"  {peer:>6} log end offset after the run: {appended:,}", flush=True)
 
 
 def run_once(run: int, settings: Settings, samples: Samples) -> None:
@@ -194,7 +205,7 @@ def results_table(settings: Settings, samples: Samples) -> Table:
         columns.append("Tansu (memory, not durable)")
     columns += [
         "group / always", "group / group@1", "group / fdatasync", "group broker CPU",
-        "broker CPU µs / request (group, never)",
+        "broker CPU µs / request (group, never)", "empty server µs / request (floor)",
     ]  # fmt: skip
     table = Table(columns)
     first = settings.connections[0]
@@ -211,6 +222,7 @@ def results_table(settings: Settings, samples: Samples) -> Table:
             f"{median(samples.cpu.get(('group', connections), [])):.2f} cores",
             f"{samples.cpu_per_request('group', connections):.0f}, "
             f"{samples.cpu_per_request('never', connections):.0f}",
+            f"{samples.cpu_per_request(EMPTY, connections):.1f}",
         ]
         table.add(*cells)
     return table
@@ -222,12 +234,20 @@ def verdicts(settings: Settings, samples: Samples) -> list[str]:
     group_last = samples.rates.get(("group", last), [])
     flat = paired_ratio(group_last, samples.rates.get(("group", first), []))
     versus_always = paired_ratio(group_last, samples.rates.get(("always", last), []))
-    return [
+    lines = [
         f"group@{last} / group@{first} = {flat:.2f} (target >= 0.8): "
         + ("met" if flat >= 0.8 else "MISSED"),
         f"group@{last} / always@{last} = {versus_always:.2f} (target >= 10): "
         + ("met" if versus_always >= 10 else "MISSED"),
     ]
+    for connections in (first, last):
+        cpu = samples.cpu_per_request("group", connections)
+        floor = samples.cpu_per_request(EMPTY, connections)
+        lines.append(
+            f"broker CPU per request, group@{connections} = {cpu:.0f} us (target <= 20; an "
+            f"empty server needs {floor:.1f} us here): " + ("met" if cpu <= 20 else "MISSED")
+        )
+    return lines
 
 
 def report(settings: Settings, samples: Samples, markdown: bool) -> None:

@@ -169,6 +169,18 @@ def start_tansu(root: Path) -> BrokerProcess:
     return BrokerProcess("Tansu (memory)", process, port, log_path, log_path.parent)
 
 
+def start_empty_server(root: Path, topic: str) -> BrokerProcess:
+    """``bench/empty_server.py``: answers every Produce with a canned response, doing no work
+    (the event loop's and the sockets' cost alone: the floor of a broker's CPU per request)."""
+    port = free_port()
+    log_path = scratch_dir(root, "empty-server-bench-") / "empty-server.log"
+    args = [sys.executable, str(REPO / "bench" / "empty_server.py"), str(port), topic]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO)
+    wait_for_port(port, process, log_path)
+    return BrokerProcess("empty server", process, port, log_path, log_path.parent)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
