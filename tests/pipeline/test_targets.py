@@ -23,9 +23,24 @@ TABLE = TableSchema(
     ),
     ("tenant", "id"),
 )
+# The same table as a SQLite source describes it (types as declared there, kinds by affinity).
+SQLITE_TABLE = TableSchema(
+    "main",
+    "accounts",
+    (
+        Column("tenant", ColumnType.STRING, False, "TEXT"),
+        Column("id", ColumnType.LONG, False, "INTEGER"),
+        Column("balance", ColumnType.DECIMAL, True, "NUMERIC(12,2)"),
+        Column("ratio", ColumnType.DOUBLE, True, "REAL"),
+        Column("blob", ColumnType.BYTES, True, "BLOB"),
+        Column("active", ColumnType.BOOLEAN, True, "BOOLEAN"),
+        Column("small", ColumnType.LONG, True, "INTEGER"),
+    ),
+    ("tenant", "id"),
+)
 WIDER = TableSchema(
-    TABLE.schema, TABLE.name, (*TABLE.columns, Column("note", ColumnType.STRING, True, "text")),
-    TABLE.key,
+    SQLITE_TABLE.schema, SQLITE_TABLE.name,
+    (*SQLITE_TABLE.columns, Column("note", ColumnType.STRING, True, "TEXT")), SQLITE_TABLE.key,
 )  # fmt: skip
 
 
@@ -77,9 +92,9 @@ def test_apply_is_idempotent_and_never_goes_backwards(target: Target) -> None:
 
 
 def test_added_column_and_bulk(target: Target) -> None:
-    target.ensure_table(TABLE, "sqlite")
+    target.ensure_table(SQLITE_TABLE, "sqlite")
     changes = [upsert(row("t2", i, balance=f"{i}.25"), i + 1) for i in range(3000)]
-    assert target.apply(TABLE, changes) == 3000
+    assert target.apply(SQLITE_TABLE, changes) == 3000
     target.ensure_table(WIDER, "sqlite")
     assert target.apply(WIDER, [upsert(row("t2", 5, note="añadido"), 10_000)]) == 1
     rows = {r["id"]: r for r in target.read_rows(WIDER)}
@@ -96,6 +111,6 @@ def test_target_with_a_different_key_is_refused(tmp_path: Path) -> None:
     conn.close()
     target = open_target(f"sqlite:{path}")
     with pytest.raises(ValueError, match="primary key"):
-        target.ensure_table(TABLE, "sqlite")
+        target.ensure_table(SQLITE_TABLE, "sqlite")
     with pytest.raises(ValueError, match="sqlite:PATH or postgresql"):
         open_target("mysql://nope")

@@ -56,7 +56,9 @@ class Target(Protocol):
     def ensure_table(self, table: TableSchema, connector: str) -> None:
         """Create the table if missing (with the source's declared types when ``connector``,
         the source's kind, is this target's kind); add columns the source gained; fail
-        clearly if it cannot hold the rows."""
+        clearly if it cannot hold the rows. Declared types are parsed and re-rendered from a
+        fixed table, never pasted (:mod:`~kayak.pipeline.targets.types`); a type refused there
+        raises :class:`~kayak.pipeline.targets.types.TargetSchemaError` before any DDL runs."""
         ...
 
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:

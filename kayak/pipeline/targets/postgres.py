@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from kayak.cdc.change import ColumnType, Row, TableSchema
+from kayak.cdc.change import Column, ColumnType, Row, TableSchema
 from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
 from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
@@ -17,8 +17,9 @@ from kayak.pipeline.targets.base import (
     newer,
     statement_rows,
 )
+from kayak.pipeline.targets.types import pg_column_type
 
-__all__ = ["PostgresTarget", "connect", "read_postgres_rows"]
+__all__ = ["PostgresTarget", "connect", "declared_type", "read_postgres_rows"]
 
 _DECLARED = {
     ColumnType.BOOLEAN: "boolean",
@@ -29,6 +30,15 @@ _DECLARED = {
     ColumnType.STRING: "text",
     ColumnType.BYTES: "bytea",
 }
+
+
+def declared_type(table: TableSchema, column: Column, connector: str) -> str:
+    """The target type of a column: a PostgreSQL source's own type, parsed and re-rendered
+    from the fixed type table (:mod:`~kayak.pipeline.targets.types`), or the value kind's
+    type. :class:`~kayak.pipeline.targets.types.TargetSchemaError` if refused."""
+    if connector == "postgresql" and column.source_type:
+        return pg_column_type(table, column)
+    return _DECLARED[column.type]
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -57,11 +67,11 @@ class PostgresTarget:
         return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table.name))
 
     def ensure_table(self, table: TableSchema, connector: str) -> None:
+        # Every type is decided before any DDL runs: a refused column creates nothing.
+        types = {c.name: declared_type(table, c, connector) for c in table.columns}
+
         def declared(name: str) -> sql.SQL:
-            column = table.column(name)
-            if connector == "postgresql" and column.source_type:
-                return sql.SQL(column.source_type)
-            return sql.SQL(_DECLARED[column.type])
+            return sql.SQL(types[name])  # rendered from the fixed type table, not schema text
 
         schema = table.schema if table.schema != "main" else "public"
         with self._conn.transaction():

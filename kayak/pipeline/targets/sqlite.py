@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from kayak.cdc.change import ColumnType, Row, TableSchema
+from kayak.cdc.change import Column, ColumnType, Row, TableSchema
 from kayak.cdc.sqlite.schema import coerce_value, quote_identifier, read_table_schema
 from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
@@ -15,8 +15,9 @@ from kayak.pipeline.targets.base import (
     newer,
     statement_rows,
 )
+from kayak.pipeline.targets.types import sqlite_column_type
 
-__all__ = ["SqliteTarget"]
+__all__ = ["SqliteTarget", "declared_type"]
 
 _DECLARED = {
     ColumnType.BOOLEAN: "BOOLEAN",
@@ -27,6 +28,16 @@ _DECLARED = {
     ColumnType.STRING: "TEXT",
     ColumnType.BYTES: "BLOB",
 }
+
+
+def declared_type(table: TableSchema, column: Column, connector: str) -> str:
+    """The target type of a column. A SQLite source's own declared type keeps its affinity
+    exactly, once validated and re-rendered (:mod:`~kayak.pipeline.targets.types`); other
+    sources' types are mapped from the value kind.
+    :class:`~kayak.pipeline.targets.types.TargetSchemaError` if refused."""
+    if connector == "sqlite" and column.source_type:
+        return sqlite_column_type(table, column)
+    return _DECLARED[column.type]
 
 
 class SqliteTarget:
@@ -45,13 +56,15 @@ class SqliteTarget:
         self._upserts: dict[TableSchema, str] = {}
 
     def ensure_table(self, table: TableSchema, connector: str) -> None:
+        # Every type is decided before any DDL runs: a refused column creates nothing.
+        types = {c.name: declared_type(table, c, connector) for c in table.columns}
         name = quote_identifier(table.name)
         exists = self._conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table.name,)
         ).fetchone()
         if not exists:
             columns = [
-                f"{quote_identifier(c.name)} {self._declared(table, c.name, connector)}"
+                f"{quote_identifier(c.name)} {types[c.name]}"
                 + ("" if c.nullable or c.name in table.key else " NOT NULL")
                 for c in table.columns
             ]
@@ -69,18 +82,9 @@ class SqliteTarget:
             if column.name not in have:
                 self._conn.execute(
                     f"ALTER TABLE {name} ADD COLUMN {quote_identifier(column.name)} "
-                    f"{self._declared(table, column.name, connector)}"
+                    f"{types[column.name]}"
                 )
         self._upserts.pop(table, None)
-
-    @staticmethod
-    def _declared(table: TableSchema, column_name: str, connector: str) -> str:
-        column = table.column(column_name)
-        # A SQLite source's own declared type keeps its affinity exactly; other sources'
-        # types are mapped from the column type.
-        if connector == "sqlite" and column.source_type:
-            return column.source_type
-        return _DECLARED[column.type]
 
     def _upsert_sql(self, table: TableSchema) -> str:
         sql = self._upserts.get(table)
