@@ -105,7 +105,7 @@ def replicate(spark: object, spec: PipelineSpec, workload: Callable[[], None], c
     with Pipeline(spec, spark) as pipeline:
         pipeline.catch_up()  # the initial snapshot, so the clock measures streaming only
         assert pipeline.job is not None
-        pipeline.job.stats.latencies_ms.clear()
+        pipeline.job.stats.latency.clear()
         started = time.monotonic()
         workload()
         pipeline.catch_up()

@@ -12,7 +12,12 @@ import pytest
 
 # Fixtures for real external services, shared across test folders: a throwaway PostgreSQL
 # cluster and one local[2] SparkSession per run (each started only when a test asks).
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.spark", "tests.fixtures.certs"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.spark",
+    "tests.fixtures.spark_cluster",
+    "tests.fixtures.certs",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))

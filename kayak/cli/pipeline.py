@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import resource
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -13,6 +17,9 @@ from rich.table import Table
 
 from kayak.cli.options import parse_properties
 from kayak.errors import KayakError
+
+if TYPE_CHECKING:
+    from kayak.pipeline.runner import PipelineSpec
 
 log = logging.getLogger("kayak.pipeline")
 
@@ -31,7 +38,7 @@ def report(console: Console, verifications: list[object]) -> int:
             failed = True
             console.print(f"[red]{v.table}: source and target differ[/red]")
             for d in v.differences:
-                console.print(f"  key {d.key}\n    source: {d.source}\n    target: {d.target}")
+                console.print(f"  {d.line()}", markup=False, soft_wrap=True)
     if failed:
         raise click.ClickException("source != target (first differing rows above)")
     return total
@@ -67,12 +74,13 @@ def run(
     registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
     properties: tuple[str, ...],
 ) -> None:  # fmt: skip
-    """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C (or, with
-    --once, until caught up); then verify source == target row by row."""
-    from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
-    from kayak.pipeline.session import local_spark
+    """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
+    with --once, until caught up); then catch up, verify source == target row by row, stop
+    Spark and exit: 0 when equal, 1 when they differ or a part of the pipeline failed (one
+    line; the full trace is in WORK_DIR/pipeline.log). A second Ctrl-C or SIGTERM stops at
+    once, without verifying (exit 130 or 143)."""
+    from kayak.pipeline.runner import PipelineSpec
 
-    console = Console()
     if bootstrap is not None and registry_url is None:
         raise click.UsageError("--registry-url is required with -b/--bootstrap-server")
     spec = PipelineSpec(
@@ -80,22 +88,38 @@ def run(
         bootstrap_servers=bootstrap, registry_url=registry_url, prefix=prefix, slot_name=slot,
         client_options=parse_properties(properties),
     )  # fmt: skip
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    log_path = work_dir / "pipeline.log"
+    console = Console()
+    with _logging_to(log_path), _StopSignals() as stops:
+        try:
+            _run(console, spec, master, once, stops, log_path)
+        except _Interrupted as e:
+            log.warning("stopped by a second %s, without catching up", e.name)
+            console.print(f"stopped by a second {e.name}: not caught up, not verified")
+            raise SystemExit(128 + e.signum) from None
+
+
+def _run(
+    console: Console, spec: PipelineSpec, master: str, once: bool, stops: _StopSignals,
+    log_path: Path,
+) -> None:  # fmt: skip
+    from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line, prepare_source
+    from kayak.pipeline.session import local_spark, stop_spark
+
+    spark = None
     try:
         prepare_source(spec)
         with console.status("starting Spark"):
-            spark = local_spark(master)
+            spark = local_spark(master, output=log_path)
         with Pipeline(spec, spark) as running:
             console.print(
-                f"replicating {', '.join(tables)}: {source} → {running.bootstrap_servers} → "
-                f"{target}"
+                f"replicating {', '.join(spec.tables)}: {spec.source} → "
+                f"{running.bootstrap_servers} → {spec.target}"
             )
-            try:
-                while not once and not stop.wait(1.0):
-                    pass
-            except KeyboardInterrupt:
-                console.print("stopping: catching up first")
+            while not once and not stops.requested.wait(1.0):
+                running.check()
+            if stops.requested.is_set():
+                console.print("stopping: catching up, then verifying")
             with console.status("catching up"):
                 running.catch_up()
             assert running.job is not None
@@ -104,7 +128,122 @@ def run(
             table.add_row(str(stats.changes), str(stats.applied), str(stats.dead_lettered),
                           f"{stats.percentile(50):.0f}", f"{stats.percentile(99):.0f}")  # fmt: skip
             console.print(table)
+            console.print(_writers_line(stats.writers), markup=False, soft_wrap=True)
             rows = report(console, list(running.verify()))
-        console.print(f"verified: {rows} rows, source == target")
+            console.print(f"verified: {rows} rows, source == target")
+    except click.ClickException:
+        raise
+    except PipelineFailure as e:
+        log.error("pipeline stopped: %s", e, exc_info=e.__cause__ or e)
+        raise click.ClickException(f"{e} (details in {log_path})") from None
     except (KayakError, OSError, ValueError) as e:
+        log.error("pipeline stopped: %s", e, exc_info=e)
         raise click.ClickException(str(e)) from None
+    except Exception as e:  # a bug or Spark's own failure: one line here, the trace logged
+        log.error("pipeline failed", exc_info=e)
+        raise click.ClickException(f"{one_line(e)} (details in {log_path})") from None
+    finally:
+        if spark is not None:
+            with console.status("stopping Spark"):
+                stop_spark(spark)
+
+
+class _Interrupted(BaseException):
+    """A second stop signal: stop at once (a BaseException, so no ``except Exception`` on the
+    way swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+class _StopSignals:
+    """SIGINT (a terminal's Ctrl-C) and SIGTERM ask the pipeline to stop: the first sets
+    :attr:`requested` (catch up, verify, stop), the second raises :class:`_Interrupted`
+    (stop at once), later ones are ignored while that stop runs. The previous handlers come
+    back on exit."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._forced = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._forced:
+            return
+        if self.requested.is_set():
+            self._forced = True
+            raise _Interrupted(signum)
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        self.requested.set()
+
+    def __enter__(self) -> _StopSignals:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """The terminal's formatter: a record without its traceback (that is in the log file)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        bare = logging.makeLogRecord(record.__dict__)
+        bare.exc_info = bare.exc_text = bare.stack_info = None
+        return super().format(bare)
+
+
+def _file_only(record: logging.LogRecord) -> bool:
+    """Records carrying a traceback are for the log file; the CLI prints one line for them."""
+    return record.exc_info is None
+
+
+@contextlib.contextmanager
+def _logging_to(path: Path) -> Iterator[None]:
+    """While the pipeline runs: everything from INFO (with tracebacks) appended to ``path``;
+    the terminal keeps its level, without tracebacks."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    console_level = root.level
+    file_handler = logging.FileHandler(path, encoding="utf-8")
+    file_handler.setLevel(min(console_level, logging.INFO))
+    file_handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s")
+    )
+    consoles = [h for h in root.handlers if isinstance(h, logging.StreamHandler)]
+    saved = [(h, h.level, h.formatter) for h in consoles]
+    for handler in consoles:
+        handler.setLevel(max(handler.level, console_level))
+        handler.setFormatter(_OneLineFormatter(
+            handler.formatter._fmt if handler.formatter else None))  # fmt: skip
+        handler.addFilter(_file_only)
+    root.addHandler(file_handler)
+    root.setLevel(min(console_level, logging.INFO))
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.setLevel(console_level)
+        root.removeHandler(file_handler)
+        file_handler.close()
+        for handler, level, formatter in saved:
+            handler.setLevel(level)
+            handler.setFormatter(formatter)
+            handler.removeFilter(_file_only)
+
+
+def _writers_line(writers: dict[str, int]) -> str:
+    """Where the changes were applied (executor ids; "driver" in local mode), and the driver
+    process's peak memory, which must not grow with the batches."""
+    applied = ", ".join(f"{who} ({n:,})" for who, n in sorted(writers.items())) or "nobody"
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # Linux: KiB
+    return f"applied by {applied}; driver peak memory {peak_mib:,} MiB"

@@ -2,7 +2,9 @@
 
 A child process rather than a thread: it gets its own interpreter lock, so the broker, the
 capture loop and Spark's driver do not take turns on one core. It watches its parent and
-shuts down cleanly when the parent is gone, so a killed pipeline leaves no broker behind.
+shuts down cleanly when the parent is gone, so a killed pipeline leaves no broker behind. It
+runs in a session of its own, so a terminal's Ctrl-C reaches the pipeline only, which stops
+the broker last.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class EmbeddedBroker:
                 [sys.executable, "-m", "kayak", "-v", "broker", "--data-dir", str(self.data_dir),
                  "--port", "0", "--schema-registry-port", "0", "--exit-with-parent"],
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                # Out of the terminal's process group: a Ctrl-C is the pipeline's to handle,
+                # and it needs the broker running while it catches up.
+                start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:

@@ -4,11 +4,16 @@
 ``postgresql://…``): the embedded broker when no bootstrap servers are given, the capture loop
 in a thread, the Spark replication job, and :meth:`Pipeline.verify` comparing every captured
 table's rows in the source with the target's.
+
+:meth:`Pipeline.check` is the supervision: it raises :class:`PipelineFailure`, whose message is
+one line naming the table, the change's source position and the cause, once the streaming
+query or the capture thread has died (their full traces are logged).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +36,7 @@ from kayak.pipeline.verify import Verification, verify_table
 
 __all__ = [
     "Pipeline",
+    "PipelineFailure",
     "PipelineSpec",
     "current_table_schema",
     "database_name",
@@ -41,6 +47,27 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+# The last line of a Python traceback raised by kayak's apply in an executor.
+_KAYAK_ERROR_LINE = re.compile(
+    r"^kayak\.pipeline\.[\w.]+\.(?:ApplyError|TargetSchemaError): (.+)$", re.MULTILINE
+)
+
+
+class PipelineFailure(KayakError):
+    """A part of a running pipeline died (the streaming query, the capture); the message is
+    one line for the terminal."""
+
+
+def one_line(error: BaseException | str, limit: int = 300) -> str:
+    """An error as one terminal line: its type and the first line of its message."""
+    if isinstance(error, BaseException):
+        text = str(error).strip().splitlines()
+        line = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    else:
+        line = next((t for t in error.strip().splitlines() if t.strip()), "unknown error")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def source_kind(url: str) -> Literal["sqlite", "postgresql"]:
@@ -61,17 +88,25 @@ def sqlite_path(url: str) -> str:
     return url.removeprefix("sqlite:").removeprefix("//")
 
 
-def open_source(url: str, tables: Sequence[str], *, slot_name: str = "kayak") -> ChangeSource:
+def open_source(
+    url: str, tables: Sequence[str], *, slot_name: str = "kayak",
+    stopping: threading.Event | None = None,
+) -> ChangeSource:  # fmt: skip
     """A capture source for ``url``; its tables must have been enabled (``kayak cdc enable``
     or :func:`prepare_source`). A PostgreSQL source uses the replication slot and the
-    publication named ``slot_name``."""
+    publication named ``slot_name``, and reconnects (resuming at the slot's confirmed
+    position) when its server goes away for a while; ``stopping`` ends those attempts."""
     if source_kind(url) == "sqlite":
         from kayak.cdc.sqlite import SqliteSource
 
         return SqliteSource(sqlite_path(url), tables)
     from kayak.cdc.postgres import PostgresSource
+    from kayak.cdc.reconnect import ReconnectingSource
 
-    return PostgresSource(url, tables, slot_name=slot_name, publication=slot_name)
+    return ReconnectingSource(
+        lambda: PostgresSource(url, tables, slot_name=slot_name, publication=slot_name),
+        stopping=stopping,
+    )
 
 
 def current_table_schema(url: str, table: str) -> TableSchema:
@@ -205,7 +240,9 @@ class Pipeline:
             self.broker = EmbeddedBroker(spec.work_dir / "broker").start()
         if not self.registry_url:
             raise KayakError("a schema registry URL is needed with external bootstrap servers")
-        self.source = open_source(spec.source, spec.tables, slot_name=spec.slot_name)
+        self.source = open_source(
+            spec.source, spec.tables, slot_name=spec.slot_name, stopping=self._stop
+        )
         client = {"bootstrap.servers": self.bootstrap_servers, **spec.client_options}
         self._producer = Producer({**client, "acks": "all", "linger.ms": 5})
         admin = self._admin = Admin(client)
@@ -228,17 +265,18 @@ class Pipeline:
             from kayak.pipeline.session import local_spark
 
             self._spark = local_spark()
-        self.target = open_target(spec.target)
+        self.target = open_target(spec.target)  # the driver's: for verification
         settings = ReplicationSettings(
             bootstrap_servers=self.bootstrap_servers,
             registry_url=self.registry_url,
             checkpoint_dir=str(spec.work_dir / "checkpoint"),
+            target_url=spec.target,
             topics=topics,
             max_offsets_per_trigger=spec.max_offsets_per_trigger,
             dead_letter_topic=f"{spec.prefix}.dead-letter",
             client_options=spec.client_options,
         )
-        self.job = ReplicationJob(self._spark, settings, self.target)
+        self.job = ReplicationJob(self._spark, settings)
         self.job.start()
         return self
 
@@ -259,10 +297,33 @@ class Pipeline:
 
     def _check_capture(self) -> None:
         if self._capture_error is not None:
-            raise KayakError(f"capture failed: {self._capture_error}") from self._capture_error
+            raise PipelineFailure(
+                f"capture stopped: {one_line(self._capture_error)}"
+            ) from self._capture_error
+
+    def check(self) -> None:
+        """Raise :class:`PipelineFailure` if the capture thread or the streaming query has
+        died; its message is one line naming the table, the source position (when the
+        target refused a change) and the cause."""
+        self._check_capture()
+        query = self.job.query if self.job is not None else None
+        if query is not None and not query.isActive:
+            self._query_failed(query.exception())
+
+    def _query_failed(self, error: BaseException | None) -> None:
+        if error is None:
+            raise PipelineFailure("the replication query stopped")
+        log.error("the replication query stopped", exc_info=error)
+        # The apply runs in the executors; the one line its ApplyError (or a refused
+        # schema's TargetSchemaError) carries comes back inside the query's exception text.
+        said = _KAYAK_ERROR_LINE.findall(str(error))
+        if said:
+            raise PipelineFailure(said[-1]) from error
+        raise PipelineFailure(f"the replication query stopped: {one_line(error)}") from error
 
     def catch_up(self, timeout_s: float = 600.0) -> None:
-        """Return once every change committed in the source before this call is applied."""
+        """Return once every change committed in the source before this call is applied;
+        :class:`PipelineFailure` if a part died meanwhile."""
         deadline = time.monotonic() + timeout_s
         with self._idle:
             seen = self._idle_rounds
@@ -272,7 +333,13 @@ class Pipeline:
                     raise KayakError("capture did not catch up in time")
         self._check_capture()
         assert self.job is not None
-        self.job.wait_caught_up()
+        try:
+            self.job.wait_caught_up()
+        except Exception as e:
+            query = self.job.query
+            if query is not None and not query.isActive:
+                self._query_failed(e)
+            raise
 
     def verify(self) -> list[Verification]:
         """Compare every captured table, as the source database describes it now, source

@@ -69,7 +69,7 @@ def test_replicates_and_survives_a_stopped_query(
             time.sleep(0.05)
         job.stop()
         assert pipeline.target is not None
-        restarted = ReplicationJob(spark, job.settings, pipeline.target)
+        restarted = ReplicationJob(spark, job.settings)
         pipeline.job = restarted
         restarted.start()
         pipeline.catch_up()

@@ -22,8 +22,8 @@ from kayak.cdc.postgres.catalog import load_table
 from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.client.sync import Admin, Consumer, Producer
 from kayak.client.types import TopicPartition
-from kayak.pipeline.decode import decode_batches
-from kayak.pipeline.job import ReplicationJob, ReplicationSettings
+from kayak.pipeline.apply import ChangeApplier
+from kayak.pipeline.decode import ChangeDecoder, decode_batches
 from kayak.pipeline.targets import AppliedChange, Target, TargetSchemaError, open_target
 from kayak.pipeline.targets.postgres import declared_type as pg_declared
 from kayak.pipeline.targets.sqlite import declared_type as sqlite_declared
@@ -155,15 +155,11 @@ def test_crafted_source_type_is_refused_and_runs_nothing(
     if not first:
         changes.insert(0, insert(honest, 1, id=1, owner="alice"))
     rows = publish_and_decode(broker, f"ddl{tmp_path.name[-12:]}", connector, changes)
-    job = ReplicationJob(
-        None,
-        ReplicationSettings(broker[0], broker[1], str(tmp_path / "checkpoint"), topics=["x"]),
-        target_db.target,
-    )
+    applier = ChangeApplier(target_db.target, ChangeDecoder(broker[1]))  # as an executor does
     if not first:
-        assert job._apply(rows[:1]) == 1  # the honest version creates the table
+        assert applier.apply(rows[:1]) == 1  # the honest version creates the table
     with pytest.raises(TargetSchemaError) as refused:
-        job._apply(rows[-1:])
+        applier.apply(rows[-1:])
     message = str(refused.value)
     assert "\n" not in message
     assert f"table '{schema}.{name}' column 'evil': type {crafted!r}" in message

@@ -41,6 +41,10 @@ def declared_type(table: TableSchema, column: Column, connector: str) -> str:
     return _DECLARED[column.type]
 
 
+# pg_advisory_xact_lock key for kayak's DDL on a target (any fixed bigint: "kayakDDL").
+_DDL_LOCK = 0x6B6179616B44444C
+
+
 def connect(dsn: str) -> psycopg.Connection[Any]:
     """An autocommit connection with the session settings the PostgreSQL source uses, so
     values read as text here look exactly like captured ones."""
@@ -57,10 +61,18 @@ class PostgresTarget:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._conn = connect(dsn)
-        self._conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} (table_name text NOT NULL, "
-            "key text NOT NULL, pos text NOT NULL, PRIMARY KEY (table_name, key))"
-        )
+        with self._conn.transaction():
+            self._lock_ddl()
+            self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} (table_name text NOT NULL, "
+                "key text NOT NULL, pos text NOT NULL, PRIMARY KEY (table_name, key))"
+            )
+
+    def _lock_ddl(self) -> None:
+        """Serialise kayak's DDL on this database until the transaction ends: ``IF NOT
+        EXISTS`` is not safe against a concurrent creator (several executors may meet a new
+        table at once), a lock taken first is."""
+        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
 
     def _name(self, table: TableSchema) -> sql.Composed:
         schema = table.schema if table.schema != "main" else "public"
@@ -75,6 +87,7 @@ class PostgresTarget:
 
         schema = table.schema if table.schema != "main" else "public"
         with self._conn.transaction():
+            self._lock_ddl()
             self._conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
             )

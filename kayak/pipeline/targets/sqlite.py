@@ -58,6 +58,18 @@ class SqliteTarget:
     def ensure_table(self, table: TableSchema, connector: str) -> None:
         # Every type is decided before any DDL runs: a refused column creates nothing.
         types = {c.name: declared_type(table, c, connector) for c in table.columns}
+        # Several executors may meet a new table (or column) at once: the write lock makes
+        # the check and the DDL one step.
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._ensure_table(table, types)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._upserts.pop(table, None)
+
+    def _ensure_table(self, table: TableSchema, types: dict[str, str]) -> None:
         name = quote_identifier(table.name)
         exists = self._conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table.name,)
@@ -84,7 +96,6 @@ class SqliteTarget:
                     f"ALTER TABLE {name} ADD COLUMN {quote_identifier(column.name)} "
                     f"{types[column.name]}"
                 )
-        self._upserts.pop(table, None)
 
     def _upsert_sql(self, table: TableSchema) -> str:
         sql = self._upserts.get(table)

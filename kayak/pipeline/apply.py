@@ -1,0 +1,264 @@
+"""Applying a micro-batch in Spark's executors: each task writes its share of the keys.
+
+The driver only plans: per micro-batch it asks Spark to keep the latest change of every key
+(a shuffle by table and key) and runs :func:`apply_partitions` over the result with
+``mapInArrow``. Each task then, in the Python worker that runs it,
+
+- opens the target by URL (once per worker process: workers are reused between tasks),
+- makes sure each table it writes exists with every column (targets serialise that DDL, as
+  several tasks may meet a new table at once),
+- applies each table's changes in one transaction guarded by source position, so a retried
+  task or a replayed micro-batch changes nothing,
+- sends undecodable records to the dead-letter topic,
+
+and returns one small row of counts and a latency histogram, all the driver collects. Nothing
+per change crosses to the driver, so its memory does not grow with the batch, and adding
+executors adds writers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from kayak.cdc.change import Row, TableSchema
+from kayak.errors import KayakError
+from kayak.pipeline.decode import ChangeDecoder, row_from_json
+from kayak.pipeline.latency import LatencyHistogram
+from kayak.pipeline.targets import AppliedChange, Target, open_target
+
+__all__ = [
+    "APPLY_STATS_SCHEMA",
+    "ApplyError",
+    "ApplySettings",
+    "ChangeApplier",
+    "apply_partitions",
+    "executor_id",
+]
+
+log = logging.getLogger(__name__)
+
+# One row per task: what it applied, where (the executor's id, "driver" in local mode), and
+# its latencies as histogram bucket counts (JSON).
+APPLY_STATS_SCHEMA = (
+    "changes long, applied long, dead_lettered long, latency string, executor string"
+)
+_STATS_ARROW = pa.schema(
+    [("changes", pa.int64()), ("applied", pa.int64()), ("dead_lettered", pa.int64()),
+     ("latency", pa.string()), ("executor", pa.string())]
+)  # fmt: skip
+
+_LATEST_COLUMNS = (
+    "topic", "n", "key", "op", "pos", "ts_ms", "schema_id", "row", "error", "partition",
+    "offset", "raw_key", "raw_value",
+)  # fmt: skip
+
+
+class ApplyError(KayakError):
+    """The target refused changes: the message is one line naming the table, the change's
+    key and source position (or the batch's range of positions) and the cause. Raised in an
+    executor, it ends the streaming query; the driver finds it in the query's exception."""
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """What an executor needs to apply (picklable, hashable: one worker state per value)."""
+
+    target_url: str
+    registry_url: str
+    bootstrap_servers: str
+    dead_letter_topic: str
+    client_options: tuple[tuple[str, str], ...] = ()
+
+
+class ChangeApplier:
+    """Applies decoded changes (rows of :data:`~kayak.pipeline.decode.DECODED_SCHEMA`, the
+    latest per key) to a target: tables made sure of once per schema id, then one
+    transaction per table guarded by source position."""
+
+    def __init__(self, target: Target, decoder: ChangeDecoder) -> None:
+        self.target = target
+        self.decoder = decoder
+        self._ensured: set[int] = set()
+
+    def table(self, schema_id: int) -> TableSchema:
+        """The table a schema id describes, created or widened in the target if needed."""
+        table = self.decoder.table(schema_id)
+        if schema_id not in self._ensured:
+            connector = str(self.decoder.schema(schema_id).get("connector", ""))
+            try:
+                self.target.ensure_table(table, connector)
+            except KayakError:
+                raise  # already one line naming the table and what is wrong
+            except Exception as exc:
+                raise ApplyError(
+                    f"creating table {table.qualified_name} failed: {_one_line(exc)}"
+                ) from exc
+            self._ensured.add(schema_id)
+        return table
+
+    def apply(self, rows: Sequence[dict[str, Any]], latency: LatencyHistogram | None = None) -> int:
+        """Apply ``rows`` (none of them undecodable); the number of changes applied."""
+        by_schema: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_schema.setdefault(row["schema_id"], []).append(row)
+        applied = 0
+        for schema_id, group in sorted(by_schema.items()):
+            table = self.table(schema_id)
+            changes = [_applied_change(table, r) for r in group]
+            try:
+                applied += self.target.apply(table, changes)
+            except Exception as exc:
+                raise ApplyError(_describe_failure(table, changes, exc)) from exc
+            if latency is not None:
+                now_ms = time.time_ns() // 1_000_000
+                # Snapshot rows carry the snapshot's time, not a commit: no latency to report.
+                latency.extend(now_ms - c.ts_ms for c in changes if c.op != "r")
+        return applied
+
+
+class _WorkerState:
+    """What one Python worker keeps between tasks for one pipeline: the target connection,
+    the registry's schemas, the tables already made sure of, the dead-letter producer."""
+
+    def __init__(self, settings: ApplySettings) -> None:
+        self.settings = settings
+        self.applier = ChangeApplier(
+            open_target(settings.target_url), ChangeDecoder(settings.registry_url)
+        )
+        self._producer: Any = None
+
+    def producer(self) -> Any:
+        if self._producer is None:
+            from kayak.client.sync import Admin, Producer
+            from kayak.pipeline.topics import ensure_topic
+
+            config = {
+                "bootstrap.servers": self.settings.bootstrap_servers,
+                **dict(self.settings.client_options),
+            }
+            with Admin(config) as admin:
+                ensure_topic(admin, self.settings.dead_letter_topic)
+            self._producer = Producer(config)
+        return self._producer
+
+
+_states: dict[ApplySettings, _WorkerState] = {}
+_states_lock = threading.Lock()
+
+
+def _state(settings: ApplySettings) -> _WorkerState:
+    with _states_lock:
+        state = _states.get(settings)
+        if state is None:
+            state = _states[settings] = _WorkerState(settings)
+        return state
+
+
+def apply_partitions(
+    batches: Iterator[pa.RecordBatch], settings: ApplySettings
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: latest changes per key in, one row of counts out."""
+    state = _state(settings)
+    rows: list[dict[str, Any]] = []
+    for batch in batches:
+        rows.extend(batch.select(list(_LATEST_COLUMNS)).to_pylist())
+    bad = [r for r in rows if r["error"] is not None]
+    if bad:
+        _dead_letter(state, bad)
+    latency = LatencyHistogram()
+    applied = state.applier.apply([r for r in rows if r["error"] is None], latency)
+    changes = sum(r["n"] for r in rows) - len(bad)
+    yield pa.RecordBatch.from_pylist(
+        [{"changes": changes, "applied": applied, "dead_lettered": len(bad),
+          "latency": json.dumps(latency.counts), "executor": executor_id()}],
+        schema=_STATS_ARROW,
+    )  # fmt: skip
+
+
+@functools.cache
+def executor_id() -> str:
+    """The id of the Spark executor whose Python worker this is (``"driver"`` when tasks run
+    in the driver's JVM, as in ``local[N]``): read from the command line of the JVM this
+    worker descends from, so a run can show which executors did the writing."""
+    pid = os.getppid()
+    for _ in range(4):  # worker <- daemon <- JVM, with room to spare
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return "unknown"
+        if any(arg.endswith(b"CoarseGrainedExecutorBackend") for arg in argv):
+            flag = argv.index(b"--executor-id") if b"--executor-id" in argv else -1
+            return argv[flag + 1].decode() if 0 <= flag < len(argv) - 1 else "unknown"
+        if any(arg.endswith(b"SparkSubmit") for arg in argv):
+            return "driver"
+        pid = parent
+    return "unknown"
+
+
+def _applied_change(table: TableSchema, row: dict[str, Any]) -> AppliedChange:
+    key_values = json.loads(row["key"], object_hook=_untag_key)
+    key: Row = dict(zip(table.key, key_values, strict=True))
+    after = row_from_json(row["row"]) if row["row"] is not None else None
+    return AppliedChange(row["op"], key, after, row["pos"], row["ts_ms"])
+
+
+def _untag_key(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and "$b" in obj:
+        return bytes.fromhex(obj["$b"])
+    return obj
+
+
+def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc: Exception) -> str:
+    """One line: the table, the change (key and position) or the batch's positions, the cause."""
+    where = f"table {table.qualified_name}"
+    if len(changes) == 1:
+        (change,) = changes
+        key = ", ".join(f"{name}={value!r}" for name, value in change.key.items())
+        where += f", key {key}, source position {change.position}"
+    elif changes:
+        positions = sorted(c.position for c in changes)
+        where += (
+            f", one of {len(positions)} changes at source positions "
+            f"{positions[0]} … {positions[-1]}"
+        )
+    return f"apply failed on {where}: {_one_line(exc)}"
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An error as one line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _dead_letter(state: _WorkerState, rows: Sequence[dict[str, Any]]) -> None:
+    producer = state.producer()
+    topic = state.settings.dead_letter_topic
+    futures = []
+    for r in rows:
+        log.error(
+            "undecodable record %s[%d]@%d sent to dead-letter topic %s: %s",
+            r["topic"], r["partition"], r["offset"], topic, r["error"],
+        )  # fmt: skip
+        headers = [
+            ("kayak.error", r["error"].encode()),
+            ("kayak.topic", r["topic"].encode()),
+            ("kayak.partition", str(r["partition"]).encode()),
+            ("kayak.offset", str(r["offset"]).encode()),
+        ]
+        futures.append(producer.send(topic, r["raw_value"], key=r["raw_key"], headers=headers))
+    for future in futures:
+        future.result()
