@@ -245,5 +245,17 @@ def _writers_line(writers: dict[str, int]) -> str:
     """Where the changes were applied (executor ids; "driver" in local mode), and the driver
     process's peak memory, which must not grow with the batches."""
     applied = ", ".join(f"{who} ({n:,})" for who, n in sorted(writers.items())) or "nobody"
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # Linux: KiB
-    return f"applied by {applied}; driver peak memory {peak_mib:,} MiB"
+    return f"applied by {applied}; driver peak memory {_peak_memory_kib() // 1024:,} MiB"
+
+
+def _peak_memory_kib() -> int:
+    """This process's peak resident memory. VmHWM, not getrusage's ru_maxrss: the latter
+    survives exec, so a process started by a big parent would report the parent's size."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
