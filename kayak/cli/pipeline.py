@@ -19,7 +19,7 @@ from kayak.cli.options import parse_properties
 from kayak.errors import KayakError
 
 if TYPE_CHECKING:
-    from kayak.pipeline.runner import PipelineSpec
+    from kayak.pipeline.runner import PipelineSpec, SourceSetup
 
 log = logging.getLogger("kayak.pipeline")
 
@@ -107,11 +107,14 @@ def _run(
     from kayak.pipeline.session import local_spark, stop_spark
 
     spark = None
+    setup = None
+    replicating = False
     try:
-        prepare_source(spec)
+        setup = prepare_source(spec)
         with console.status("starting Spark"):
             spark = local_spark(master, output=log_path)
         with Pipeline(spec, spark) as running:
+            replicating = True
             console.print(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
                 f"{running.bootstrap_servers} → {spec.target}"
@@ -146,6 +149,17 @@ def _run(
         if spark is not None:
             with console.status("stopping Spark"):
                 stop_spark(spark)
+        if setup is not None and not replicating:
+            _undo_setup(setup)
+
+
+def _undo_setup(setup: SourceSetup) -> None:
+    """A start that failed takes away the capture it installed on the source (triggers and
+    change-log tables, or publication and slot): nothing was replicated from them."""
+    try:
+        setup.undo()
+    except Exception as e:  # the start's own error is the one to report
+        log.error("could not remove the capture set up by this run: %s", e, exc_info=e)
 
 
 class _Interrupted(BaseException):

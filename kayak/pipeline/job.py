@@ -140,6 +140,10 @@ class ReplicationJob:
             )
             .select("topic", "n", "c.*")
         )  # fmt: skip
+        if self.settings.target_url.startswith("sqlite:"):
+            # One file, one writer at a time: parallel tasks would only queue on its lock
+            # (SQLite's busy handler sleeps in steps of up to 100 ms).
+            latest = latest.coalesce(1)
         apply = functools.partial(apply_partitions, settings=self._apply_settings)
         counts = latest.mapInArrow(apply, APPLY_STATS_SCHEMA).collect()
         with self._lock:

@@ -58,3 +58,23 @@ def test_clear_errors(tmp_path: Path) -> None:
     external = kayak("pipeline", "run", "--source", str(db), "--table", "t", "--target",
                      "sqlite:c.db", "-b", "127.0.0.1:1", cwd=tmp_path)  # fmt: skip
     assert external.returncode == 2 and "--registry-url" in external.stderr
+
+
+def test_a_failed_start_takes_away_the_capture_it_installed(tmp_path: Path) -> None:
+    source = tmp_path / "shop.db"
+    create_orders(str(source), 50)
+    failed = kayak(
+        "pipeline", "run", "--source", f"sqlite:{source}", "--table", "orders",
+        "--target", f"sqlite:{tmp_path / 'copy.db'}", "--work-dir", str(tmp_path / "work"),
+        "-X", "request.timeout.ms=soon", "--once", cwd=tmp_path,
+    )  # fmt: skip
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "request.timeout.ms" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1
+    # The run enabled capture (triggers, change log) and nothing was replicated: all gone.
+    conn = sqlite3.connect(source)
+    kayak_objects = conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE name LIKE '%kayak%'"
+    ).fetchall()
+    assert kayak_objects == []
+    assert conn.execute("SELECT count(*) FROM orders").fetchone() == (50,)

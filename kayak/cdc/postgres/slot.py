@@ -71,8 +71,9 @@ def enable(
     *,
     publication: str = "kayak",
     slot: str = "kayak",
-) -> None:
-    """Check the database and tables can be captured and create (or extend) the publication.
+) -> bool:
+    """Check the database and tables can be captured and create (or extend) the publication;
+    True if this call created it.
 
     ``tables`` are ``"table"`` (schema ``public``) or ``"schema.table"``. Idempotent: an
     existing publication gets any missing tables added. Raises
@@ -115,17 +116,29 @@ def enable(
                 "the database and must own the tables)"
             ) from e
         catalog.check_publication(conn, publication, names)
+    return exists is None
 
 
-def disable(dsn: str, *, publication: str = "kayak", slot: str = "kayak") -> None:
-    """Drop the replication slot (releasing its WAL) and the publication, if they exist."""
-    validate_name("publication", publication)
-    validate_name("slot", slot)
+def slot_exists(dsn: str, slot: str) -> bool:
+    """Whether the replication slot ``slot`` exists."""
     with connect(dsn) as conn:
-        drop_slot(conn, slot)
-        conn.execute(
-            sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication))
-        )
+        return slot_info(conn, slot) is not None
+
+
+def disable(
+    dsn: str, *, publication: str | None = "kayak", slot: str | None = "kayak"
+) -> None:
+    """Drop the replication slot (releasing its WAL) and the publication, if they exist
+    (None: leave that one alone)."""
+    with connect(dsn) as conn:
+        if slot is not None:
+            validate_name("slot", slot)
+            drop_slot(conn, slot)
+        if publication is not None:
+            validate_name("publication", publication)
+            conn.execute(
+                sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication))
+            )
 
 
 def slot_info(conn: psycopg.Connection[Any], slot: str) -> tuple[str, int, int | None] | None:
