@@ -74,10 +74,12 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
 
             for table in tables:
                 disable_sqlite(sqlite_path(source), table, drop_log=drop_log)
+                Console().print(f"stopped capturing {table}")
         else:
             from kayak.cdc.postgres import disable as disable_postgres
 
             disable_postgres(source, publication=slot, slot=slot)
+            Console().print(f"dropped slot and publication {slot}")
     except (KayakError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
 

@@ -105,11 +105,13 @@ def _run(
 ) -> None:  # fmt: skip
     from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line, prepare_source
     from kayak.pipeline.session import local_spark, stop_spark
+    from kayak.pipeline.targets import check_target
 
     spark = None
     setup = None
     replicating = False
     try:
+        check_target(spec.target)  # in a second, not after Spark's start
         setup = prepare_source(spec)
         with console.status("starting Spark"):
             spark = local_spark(master, output=log_path)

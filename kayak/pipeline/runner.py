@@ -72,9 +72,16 @@ def one_line(error: BaseException | str, limit: int = 300) -> str:
 
 
 def source_kind(url: str) -> Literal["sqlite", "postgresql"]:
-    """``sqlite`` for ``sqlite:PATH`` (or a bare path), ``postgresql`` for a libpq URL."""
+    """``sqlite`` for ``sqlite:PATH`` (or a bare path), ``postgresql`` for a libpq URL;
+    ValueError for any other URL (``mysql://…`` is not a file name)."""
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql"
+    if "://" in url and not url.startswith("sqlite:"):
+        scheme = url.split("://", 1)[0]
+        raise ValueError(
+            f"unsupported source {scheme}://…: sources are SQLite (PATH or sqlite:PATH) and "
+            "PostgreSQL (postgresql://…)"
+        )
     return "sqlite"
 
 

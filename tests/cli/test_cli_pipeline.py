@@ -78,3 +78,49 @@ def test_a_failed_start_takes_away_the_capture_it_installed(tmp_path: Path) -> N
     ).fetchall()
     assert kayak_objects == []
     assert conn.execute("SELECT count(*) FROM orders").fetchone() == (50,)
+
+
+def test_a_target_that_cannot_work_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    source = tmp_path / "shop.db"
+    create_orders(str(source), 10)
+    for target, says in (
+        ("foo://x", "target must be sqlite:PATH or postgresql://"),
+        (f"sqlite:{tmp_path / 'missing' / 'r.db'}", "does not exist"),
+        ("postgresql://nobody@127.0.0.1:1/x", "cannot connect to the target"),
+    ):
+        # A bound far below Spark's start: the check comes first.
+        refused = kayak(
+            "pipeline", "run", "--source", f"sqlite:{source}", "--table", "orders",
+            "--target", target, "--work-dir", str(tmp_path / "work"), "--once",
+            cwd=tmp_path, timeout=25,
+        )  # fmt: skip
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        (line,) = refused.stderr.strip().splitlines()
+        assert says in line, line
+    # Nothing was installed on the source either.
+    tables = sqlite3.connect(source).execute("SELECT name FROM sqlite_master").fetchall()
+    assert tables == [("orders",)]
+    assert not (tmp_path / "missing").exists()
+
+
+def test_cdc_mistakes_get_one_line_and_change_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    enabled = kayak("cdc", "enable", str(missing), "orders", cwd=tmp_path)
+    assert enabled.returncode == 1 and "does not exist" in enabled.stderr
+    assert not missing.exists()  # not created empty
+    mysql = kayak("cdc", "enable", "mysql://me@db/shop", "orders", cwd=tmp_path)
+    assert mysql.returncode == 1 and "unsupported source mysql://" in mysql.stderr
+    assert not list(tmp_path.glob("mysql*"))
+    source = tmp_path / "shop.db"
+    create_orders(str(source), 5)
+    typo = kayak("cdc", "disable", str(source), "oders", cwd=tmp_path)
+    assert typo.returncode == 1 and "'oders' is not captured" in typo.stderr
+    for result in (enabled, mysql, typo):
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert kayak("cdc", "enable", str(source), "orders", cwd=tmp_path).returncode == 0
+    stopped = kayak("cdc", "disable", str(source), "orders", "--drop-log", cwd=tmp_path)
+    assert stopped.returncode == 0 and "stopped capturing orders" in stopped.stdout
+    names = sqlite3.connect(source).execute(
+        "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"  # SQLite's own
+    ).fetchall()
+    assert names == [("orders",)]

@@ -15,8 +15,10 @@ changes written in between carry the new column's default.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from kayak.cdc.change import TableSchema
+from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.sqlite.schema import quote_identifier, read_table_schema
 
 __all__ = ["disable", "enable", "install_triggers", "log_table_name"]
@@ -80,9 +82,10 @@ def enable(path: str, table: str) -> int:
 
     The triggers and the snapshot go in one write transaction, so every row is either in the
     snapshot or arrives as a later change: no gap, no double. Enabling an already captured
-    table only refreshes its triggers.
+    table only refreshes its triggers. A database that does not exist is an error (never
+    created empty).
     """
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _connect_existing(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -108,11 +111,26 @@ def enable(path: str, table: str) -> int:
         conn.close()
 
 
+def _connect_existing(path: str) -> sqlite3.Connection:
+    if not Path(path).is_file():
+        raise SourceSetupError(f"SQLite database {path} does not exist")
+    return sqlite3.connect(path, isolation_level=None)
+
+
 def disable(path: str, table: str, *, drop_log: bool = False) -> None:
-    """Stop capturing ``table``: drop its triggers (and the log table with ``drop_log``)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    """Stop capturing ``table``: drop its triggers (and the log table with ``drop_log``).
+    A table that is not captured there is an error, so a typo does not pass for success."""
+    conn = _connect_existing(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
+        names = [_trigger_name(table, event) for event in _OPS] + [log_table_name(table)]
+        found = conn.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE name IN ({', '.join('?' * len(names))})",
+            names,
+        ).fetchone()
+        if not found or not found[0]:
+            conn.execute("ROLLBACK")
+            raise SourceSetupError(f"table {table!r} is not captured in {path}")
         for event in _OPS:
             conn.execute(f"DROP TRIGGER IF EXISTS {quote_identifier(_trigger_name(table, event))}")
         if drop_log:
