@@ -107,15 +107,20 @@ def _run(
     from kayak.pipeline.session import local_spark, stop_spark
     from kayak.pipeline.targets import check_target
 
-    spark = None
+    sessions: list[Any] = []  # the Spark session, once started
     setup = None
     replicating = False
+
+    def start_spark() -> Any:
+        with console.status("starting Spark"):
+            sessions.append(local_spark(master, output=log_path))
+        return sessions[-1]
+
     try:
         check_target(spec.target)  # in a second, not after Spark's start
         setup = prepare_source(spec)
-        with console.status("starting Spark"):
-            spark = local_spark(master, output=log_path)
-        with Pipeline(spec, spark) as running:
+        # Spark starts last, once the broker, the source and the clients are up.
+        with Pipeline(spec, spark_factory=start_spark) as running:
             replicating = True
             console.print(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
@@ -148,7 +153,7 @@ def _run(
         log.error("pipeline failed", exc_info=e)
         raise click.ClickException(f"{one_line(e)} (details in {log_path})") from None
     finally:
-        if spark is not None:
+        for spark in sessions:
             with console.status("stopping Spark"):
                 stop_spark(spark)
         if setup is not None and not replicating:

@@ -242,9 +242,19 @@ def prepare_source(spec: PipelineSpec) -> SourceSetup:
 class Pipeline:
     """Runs a :class:`PipelineSpec`; use as a context manager (``start``/``close``)."""
 
-    def __init__(self, spec: PipelineSpec, spark: Any = None) -> None:
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        spark: Any = None,
+        *,
+        spark_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        """``spark``: the session to run on; or ``spark_factory``, called once the broker,
+        the source and the clients are up (so a start that fails there fails fast); neither:
+        :func:`~kayak.pipeline.session.local_spark`."""
         self.spec = spec
         self._spark = spark
+        self._spark_factory = spark_factory
         self.broker: EmbeddedBroker | None = None
         self.source: ChangeSource | None = None
         self.capture: CaptureLoop | None = None
@@ -307,9 +317,11 @@ class Pipeline:
         self._thread = threading.Thread(target=self._capture_forever, name="kayak-capture")
         self._thread.start()
         if self._spark is None:
-            from kayak.pipeline.session import local_spark
+            if self._spark_factory is None:
+                from kayak.pipeline.session import local_spark
 
-            self._spark = local_spark()
+                self._spark_factory = local_spark
+            self._spark = self._spark_factory()
         self.target = open_target(spec.target)  # the driver's: for verification
         settings = ReplicationSettings(
             bootstrap_servers=self.bootstrap_servers,
