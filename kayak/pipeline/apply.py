@@ -32,8 +32,9 @@ import pyarrow as pa
 
 from kayak.cdc.change import Row, TableSchema
 from kayak.errors import KayakError
-from kayak.pipeline.decode import ChangeDecoder, row_from_json
+from kayak.pipeline.decode import ChangeDecoder, key_from_json, row_from_json
 from kayak.pipeline.latency import LatencyHistogram
+from kayak.pipeline.session import parent_of
 from kayak.pipeline.targets import AppliedChange, Target, open_target
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "ChangeApplier",
     "apply_partitions",
     "executor_id",
+    "one_line",
 ]
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,7 @@ class ChangeApplier:
                 raise  # already one line naming the table and what is wrong
             except Exception as exc:
                 raise ApplyError(
-                    f"creating table {table.qualified_name} failed: {_one_line(exc)}"
+                    f"creating table {table.qualified_name} failed: {one_line(exc)}"
                 ) from exc
             self._ensured.add(schema_id)
         return table
@@ -195,30 +197,25 @@ def executor_id() -> str:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             return "unknown"
         if any(arg.endswith(b"CoarseGrainedExecutorBackend") for arg in argv):
             flag = argv.index(b"--executor-id") if b"--executor-id" in argv else -1
             return argv[flag + 1].decode() if 0 <= flag < len(argv) - 1 else "unknown"
         if any(arg.endswith(b"SparkSubmit") for arg in argv):
             return "driver"
+        parent = parent_of(pid)
+        if parent is None:
+            return "unknown"
         pid = parent
     return "unknown"
 
 
 def _applied_change(table: TableSchema, row: dict[str, Any]) -> AppliedChange:
-    key_values = json.loads(row["key"], object_hook=_untag_key)
+    key_values = key_from_json(row["key"])
     key: Row = dict(zip(table.key, key_values, strict=True))
     after = row_from_json(row["row"]) if row["row"] is not None else None
     return AppliedChange(row["op"], key, after, row["pos"], row["ts_ms"])
-
-
-def _untag_key(obj: dict[str, Any]) -> Any:
-    if len(obj) == 1 and "$b" in obj:
-        return bytes.fromhex(obj["$b"])
-    return obj
 
 
 def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc: Exception) -> str:
@@ -234,13 +231,16 @@ def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc:
             f", one of {len(positions)} changes at source positions "
             f"{positions[0]} … {positions[-1]}"
         )
-    return f"apply failed on {where}: {_one_line(exc)}"
+    return f"apply failed on {where}: {one_line(exc)}"
 
 
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    """An error as one line: its type and the first line of its message."""
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+def one_line(error: BaseException | str, limit: int = 300) -> str:
+    """An error as one terminal line: its type and the first line of its message."""
+    if isinstance(error, BaseException):
+        text = str(error).strip().splitlines()
+        line = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    else:
+        line = next((t for t in error.strip().splitlines() if t.strip()), "unknown error")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

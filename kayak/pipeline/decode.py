@@ -20,7 +20,7 @@ from kayak.cdc.envelope import table_schema_from_avro
 from kayak.pipeline.targets.base import key_text
 from kayak.serde import AvroDeserializer, SchemaRegistryClient
 
-__all__ = ["DECODED_SCHEMA", "decode_batches", "row_from_json", "row_to_json"]
+__all__ = ["DECODED_SCHEMA", "decode_batches", "key_from_json", "row_from_json", "row_to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,12 @@ def _untag(obj: dict[str, Any]) -> Any:
 def row_to_json(row: Row) -> str:
     """A row image as JSON text (bytes as ``{"$b": hex}``), exact for every column type."""
     return json.dumps(row, default=_tag, separators=(",", ":"), ensure_ascii=False)
+
+
+def key_from_json(text: str) -> list[Any]:
+    """A key's values from its canonical text (:func:`~kayak.pipeline.targets.key_text`)."""
+    values: list[Any] = json.loads(text, object_hook=_untag)
+    return values
 
 
 def row_from_json(text: str) -> Row:

@@ -28,6 +28,7 @@ from kayak.cdc.envelope import topic_name
 from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.cdc.source import ChangeSource
 from kayak.errors import KayakError
+from kayak.pipeline.apply import one_line
 from kayak.pipeline.embedded import EmbeddedBroker
 from kayak.pipeline.job import ReplicationJob, ReplicationSettings
 from kayak.pipeline.targets import Target, open_target
@@ -41,6 +42,7 @@ __all__ = [
     "SourceSetup",
     "current_table_schema",
     "database_name",
+    "one_line",
     "open_source",
     "prepare_source",
     "read_source_rows",
@@ -59,16 +61,6 @@ _KAYAK_ERROR_LINE = re.compile(
 class PipelineFailure(KayakError):
     """A part of a running pipeline died (the streaming query, the capture); the message is
     one line for the terminal."""
-
-
-def one_line(error: BaseException | str, limit: int = 300) -> str:
-    """An error as one terminal line: its type and the first line of its message."""
-    if isinstance(error, BaseException):
-        text = str(error).strip().splitlines()
-        line = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-    else:
-        line = next((t for t in error.strip().splitlines() if t.strip()), "unknown error")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def source_kind(url: str) -> Literal["sqlite", "postgresql"]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["local_spark", "process_tree", "stop_spark"]
+__all__ = ["local_spark", "parent_of", "process_tree", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def process_tree(root: int) -> set[int]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        ppid = _parent_of(int(entry))
+        ppid = parent_of(int(entry))
         if ppid is not None:
             children.setdefault(ppid, []).append(int(entry))
     tree, todo = set(), [root]
@@ -173,7 +173,8 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
-def _parent_of(pid: int) -> int | None:
+def parent_of(pid: int) -> int | None:
+    """The parent of process ``pid`` (from ``/proc``), None if it is gone or unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
