@@ -29,7 +29,8 @@ demo: $(VENV)/.spark-installed java
 
 test: $(VENV)/.dev-installed system-deps lint typecheck pytest
 
-# Third-party tools the tests drive as real peers, from Debian's packages: kcat, and
+# Third-party tools the tests drive as real peers, from Debian's packages: kcat, chromium (the
+# console's browser tests), and
 # PostgreSQL (the tests start their own throwaway cluster with wal_level=logical).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps: java
@@ -41,6 +42,10 @@ system-deps: java
 		echo "installing PostgreSQL (Debian package) for the CDC tests"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@command -v chromedriver >/dev/null 2>&1 || { \
+		echo "installing chromium and chromium-driver (Debian packages) for the console tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 
 # Spark runs on Java 17; machines of this kind have it, others get Debian's headless JRE.

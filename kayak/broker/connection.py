@@ -30,6 +30,7 @@ from typing import Any, cast
 from kayak.broker.context import BrokerContext, RequestContext
 from kayak.broker.handlers import HANDLERS, error_response, unsupported_version_response
 from kayak.broker.log import FileSlice
+from kayak.broker.metrics.requests import RequestMetrics
 from kayak.broker.security.listeners import Listener
 from kayak.broker.security.session import ConnectionSession
 from kayak.broker.security.tls import principal_from_peercert
@@ -44,7 +45,11 @@ log = logging.getLogger(__name__)
 # Stop reading from a client that does not read its responses once this much is queued.
 _MAX_BUFFERED_RESPONSES = 16 * 1024 * 1024
 
-Pending = tuple[int, int, int, "asyncio.Task[Message | None]"]
+# A request's times for the metrics (``time.monotonic()``, read where the connection reads
+# the clock anyway when it can): received, handler started, handler done, dequeued for
+# sending; None when the metrics are off.
+Timing = list[float]
+Pending = tuple[int, int, int, "asyncio.Task[Message | None]", Timing | None]
 
 # Requests an expired SASL session may still send: re-authentication (KIP-368).
 _REAUTHENTICATION_APIS = frozenset({17, 36})
@@ -54,8 +59,11 @@ class ConnectionTracker:
     """The broker's open connections: max.connections, max.connections.per.ip and the
     periodic deadline sweep (idle connections, requests that never finish arriving)."""
 
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: BrokerContext, metrics: RequestMetrics | None = None) -> None:
         config = broker.config
+        self.metrics = metrics  # None: requests are not timed
+        self.created = 0  # connections admitted since start (metrics)
+        self.refused = 0  # connections refused by a limit (metrics)
         self.max_connections = config.max_connections
         self.max_per_ip = config.max_connections_per_ip
         self.idle_s = config.connections_max_idle_ms / 1000
@@ -71,6 +79,7 @@ class ConnectionTracker:
     def admit(self, connection: BrokerConnection, client_host: str) -> bool:
         """Count a connection that just opened; False (log line) if over a limit."""
         if len(self.connections) >= self.max_connections:
+            self.refused += 1
             log.warning(
                 "refusing a connection from %s: max.connections=%d",
                 client_host,
@@ -78,6 +87,7 @@ class ConnectionTracker:
             )
             return False
         if self._per_ip[client_host] >= self.max_per_ip:
+            self.refused += 1
             log.warning(
                 "refusing a connection from %s: it has %d open (max.connections.per.ip=%d)",
                 client_host,
@@ -87,6 +97,7 @@ class ConnectionTracker:
             return False
         self.connections.add(connection)
         self._per_ip[client_host] += 1
+        self.created += 1
         return True
 
     def remove(self, connection: BrokerConnection, client_host: str) -> None:
@@ -141,6 +152,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._drained.set()
         self._closed = False
         self._refused = False
+        self._metrics = tracker.metrics
+        self._unsent: list[tuple[int, Timing]] = []  # encoded, not yet written (metrics)
 
     # -- transport callbacks ------------------------------------------------------------
 
@@ -203,7 +216,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if event is None:
                 break
             completed = True
-            self._dispatch(event)
+            self._dispatch(event, now)
         if not self._protocol.buffered:
             self._receiving_since = 0.0
         elif completed or not self._receiving_since:
@@ -279,20 +292,21 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     # -- requests -----------------------------------------------------------------------
 
-    def _dispatch(self, event: RequestReceived | UnsupportedRequest) -> None:
+    def _dispatch(self, event: RequestReceived | UnsupportedRequest, received: float) -> None:
         key, version, correlation_id = event.api_key, event.api_version, event.correlation_id
         if not self._session_allows(key):
             return
+        timing = None if self._metrics is None else [received, 0.0, 0.0, 0.0]
         coro: Any
         if isinstance(event, RequestReceived) and is_supported(key, version) and key in HANDLERS:
             self.broker.catalog.follow()
             ctx = RequestContext(self.broker, event.header, self._client_host, self.session)
-            coro = self._handle(ctx, event.request)
+            coro = self._handle(ctx, event.request, timing)
         else:
-            coro = self._unsupported(key, version)
+            coro = self._unsupported(key, version, timing)
         self._in_flight += 1
         task = self._loop.create_task(coro)
-        self._pending.append((correlation_id, key, version, task))
+        self._pending.append((correlation_id, key, version, task, timing))
         task.add_done_callback(self._response_ready)
 
     def _session_allows(self, api_key: int) -> bool:
@@ -322,7 +336,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self.close()
         return False
 
-    async def _handle(self, ctx: RequestContext, request: Message) -> Message | None:
+    async def _handle(
+        self, ctx: RequestContext, request: Message, timing: Timing | None
+    ) -> Message | None:
+        if timing is not None:
+            timing[1] = time.monotonic()
         try:
             return await HANDLERS[ctx.header.request_api_key](ctx, request)
         except KafkaError as exc:
@@ -331,8 +349,15 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if response is None:
                 raise
             return response
+        finally:
+            if timing is not None:
+                timing[2] = time.monotonic()
 
-    async def _unsupported(self, api_key: int, version: int) -> Message | None:
+    async def _unsupported(
+        self, api_key: int, version: int, timing: Timing | None
+    ) -> Message | None:
+        if timing is not None:
+            timing[1] = timing[2] = time.monotonic()
         response = unsupported_version_response(api_key, version)
         if response is None:
             log.warning(
@@ -366,9 +391,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 if out is None:
                     continue
                 if any(isinstance(region, FileSlice) for _, region in out.splices):
+                    slow = self._unsent.pop() if self._unsent else None
                     self._write_now(ready)
                     ready = []
-                    self._slow_writer = self._loop.create_task(self._send_slow(out))
+                    self._slow_writer = self._loop.create_task(self._send_slow(out, slow))
                     return
                 if out.splices:  # regions held in memory (copied slices): their bytes
                     ready.extend(
@@ -392,27 +418,50 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if ready and not self._closed:
             assert self._transport is not None
             self._transport.writelines(ready)
+        if self._unsent:
+            self._record_sent()
+
+    def _record_sent(self) -> None:
+        """The encoded responses waiting in ``_unsent`` are written: time them."""
+        metrics = self._metrics
+        assert metrics is not None
+        sent = time.monotonic()
+        for api_key, (received, started, done, dequeued) in self._unsent:
+            metrics.finished(api_key, received, started, done, dequeued, sent)
+        self._unsent.clear()
 
     def _next_response(self) -> SplicedBuffer | None:
         """Take the finished request at the head of the queue and encode its response;
         None when there is nothing to send (acks=0 produce: the protocol says no response)."""
-        correlation_id, api_key, version, task = self._pending.popleft()
+        correlation_id, api_key, version, task, timing = self._pending.popleft()
         self._in_flight -= 1
-        self._last_activity = time.monotonic()
+        self._last_activity = now = time.monotonic()
         if task.cancelled():
             raise ConnectionError("request cancelled")  # only when the connection closes
         response = task.result()
+        if timing is not None:
+            assert self._metrics is not None
+            timing[3] = now
+            if response is None:  # acks=0: counted, with nothing to send
+                received, started, done, _ = timing
+                self._metrics.finished(api_key, received, started, done, now, now)
+                return None
+            self._metrics.count_errors(api_key, response)
+            self._unsent.append((api_key, timing))
         if response is None:
             return None
         if api_key == 18 and not is_supported(api_key, version):
             version = 0  # an UNSUPPORTED_VERSION ApiVersions answer is always v0
         return self._protocol.send_response(correlation_id, api_key, version, response)
 
-    async def _send_slow(self, out: SplicedBuffer) -> None:
+    async def _send_slow(self, out: SplicedBuffer, timing: tuple[int, Timing] | None) -> None:
         """Send a response holding file slices (sendfile waits for the socket), then carry on
         with whatever finished meanwhile."""
         try:
             await self._send(out)
+            if timing is not None:
+                self._unsent.append(timing)
+                self._record_sent()
             if self.session.close_after_response:
                 self.close()
                 return
@@ -420,6 +469,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 next_out = self._next_response()
                 if next_out is not None:
                     await self._send(next_out)
+                    if self._unsent:
+                        self._record_sent()
                     if self.session.close_after_response:
                         self.close()
                         return

@@ -37,6 +37,14 @@ from kayak.broker.log.files import (
 )
 from kayak.broker.log.open_files import OPEN_FILES, default_fd_limit
 from kayak.broker.log.producer_state import ProducerIdAllocator
+from kayak.broker.metrics import (
+    BrokerCollector,
+    BrokerMetrics,
+    ClusterCollector,
+    SnapshotWriter,
+    publish,
+    withdraw,
+)
 from kayak.broker.registry import SchemaRegistry
 from kayak.broker.security.acls import Authorizer
 from kayak.broker.security.authenticator import SaslAuthenticator
@@ -67,7 +75,11 @@ def clean_shutdown_marker(data_dir: Path, node_id: int, shard_count: int) -> Pat
 class Broker:
     """A single-node, durable Kafka-compatible broker running on the current event loop."""
 
-    def __init__(self, data_dir: str | Path | None = None, **settings: Any) -> None:
+    def __init__(
+        self, data_dir: str | Path | None = None, *, metrics: bool = True, **settings: Any
+    ) -> None:
+        """``settings`` are :class:`BrokerConfig` fields; ``metrics=False`` turns the
+        Prometheus metrics off (nothing is timed or counted per request, ``/metrics`` is 404)."""
         config = BrokerConfig(**settings)
         if data_dir is not None:
             config = replace(config, data_dir=Path(data_dir))
@@ -93,6 +105,9 @@ class Broker:
         self._refresh: asyncio.Task[None] | None = None
         self._registry: SchemaRegistry | None = None
         self._lock: DirectoryLock | None = None
+        self.metrics: BrokerMetrics | None = BrokerMetrics(config.node_id) if metrics else None
+        self._offsets: ConsumerOffsetsTopic | None = None
+        self._snapshots: SnapshotWriter | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -134,7 +149,10 @@ class Broker:
         self.context.shards = ShardRegistry(config.data_dir, config.shard_count)
         await self._start_extensions(self.context)
         loop = asyncio.get_running_loop()
-        self._tracker = ConnectionTracker(self.context)
+        self._tracker = ConnectionTracker(
+            self.context, self.metrics.requests if self.metrics is not None else None
+        )
+        self._start_metrics(self.context, self._tracker)
         await self._open_listeners()
         first = next(iter(self._advertised.values()))
         self.context.host, self.context.port = first.host, first.port
@@ -237,9 +255,28 @@ class Broker:
             context.catalog, context.commit, self.config.node_id, self.config.shard_count
         )
         context.coordinator = GroupCoordinator(coordinator_config, offsets)
+        self._offsets = offsets
         context.credentials = CredentialStore.open(self.config.data_dir)
         context.authenticator = SaslAuthenticator(self.config)
         context.authorizer = Authorizer.open(self.config.data_dir, self.config)
+
+    def _start_metrics(self, context: BrokerContext, tracker: ConnectionTracker) -> None:
+        """Point the metrics at what they read when scraped; shard 0 serves them at
+        ``/metrics`` on its web server, other shards leave snapshots for it to merge."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        metrics.catalog = context.catalog
+        metrics.connections = tracker
+        metrics.offsets = self._offsets
+        context.commit.observer = metrics.flush
+        config = self.config
+        local = BrokerCollector(metrics)
+        if config.node_id == 0:
+            publish(config, ClusterCollector(local, config.data_dir, config.shard_count))
+        elif config.schema_registry_port is not None:
+            self._snapshots = SnapshotWriter(local, config.data_dir, config.node_id)
+            self._snapshots.start()
 
     async def _start_registry(self) -> None:
         """The schema registry on its own HTTP(S) port, its state in ``_schemas``; secured
@@ -271,6 +308,11 @@ class Broker:
         if self._registry is not None:
             await self._registry.stop()
             self._registry = None
+        if self._snapshots is not None:
+            await self._snapshots.stop()
+            self._snapshots = None
+        if self.metrics is not None:
+            withdraw(self.config)
         for server in self._servers:
             server.close()
         self._servers = []

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from kayak.broker.log.partition import FlushPoint, PartitionLog
 from kayak.errors import KafkaError, NotLeaderOrFollowerError
@@ -35,6 +36,13 @@ class FlushMode(enum.Enum):
         return self is not FlushMode.NEVER
 
 
+class FlushObserver(Protocol):
+    """Told about every sync round (on the event loop): how long each fdatasync took, in
+    seconds, and how many records (offsets) the round made durable across its logs."""
+
+    def flushed(self, durations: list[float], records: int) -> None: ...
+
+
 class GroupCommit:
     """Turns ``await sync(log)`` into as few fdatasync calls as correctness allows.
 
@@ -52,6 +60,7 @@ class GroupCommit:
         self._running: asyncio.Future[None] | None = None
         self._waiters: list[_Waiter] = []
         self.syncs = 0  # fdatasync rounds run, for tests and metrics
+        self.observer: FlushObserver | None = None  # the metrics, when they are on
 
     def sync(self, plog: PartitionLog) -> asyncio.Future[None]:
         """Start making everything appended to ``plog`` so far durable; await the result.
@@ -118,13 +127,18 @@ class GroupCommit:
         if not points:
             return
         loop = asyncio.get_running_loop()
-        errors = await loop.run_in_executor(self._executor, _fdatasync_all, points)
+        durable_before = [point.log.durable_offset for point in points]
+        errors, durations = await loop.run_in_executor(self._executor, _fdatasync_all, points)
         self.syncs += 1
-        for point, error in zip(points, errors, strict=True):
+        records = 0
+        for point, error, before in zip(points, errors, durable_before, strict=True):
             if error is None:
+                records += max(point.offset - before, 0)
                 point.log.flushed(point)
             else:
                 point.log.flush_failed(point, error)
+        if self.observer is not None:
+            self.observer.flushed(durations, records)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -160,14 +174,17 @@ def _flush_point(plog: PartitionLog, force: bool) -> FlushPoint | None:
         return None
 
 
-def _fdatasync_all(points: list[FlushPoint]) -> list[OSError | None]:
-    """fdatasync each point's file; one failure does not stop the others."""
+def _fdatasync_all(points: list[FlushPoint]) -> tuple[list[OSError | None], list[float]]:
+    """fdatasync each point's file (and time it); one failure does not stop the others."""
     errors: list[OSError | None] = []
+    durations: list[float] = []
     for point in points:
+        started = time.perf_counter()
         try:
             point.sync()
         except OSError as exc:
             errors.append(exc)
         else:
             errors.append(None)
-    return errors
+        durations.append(time.perf_counter() - started)
+    return errors, durations

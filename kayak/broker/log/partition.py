@@ -123,6 +123,13 @@ class PartitionLog:
         self._visible: _Visible | None = None
         self._flushed = (0, 0)  # (position, offset) of the active segment known durable
         self._snapshot_current = False  # the producer snapshot on disk covers the log
+        # Plain counters since this process opened the log, read by the metrics at scrape
+        # time: appended = stored by appends (not idempotent duplicates); read = handed out by
+        # reads (records counted as offsets from the one asked for to the slice's end).
+        self.appended_bytes = 0
+        self.appended_records = 0
+        self.read_bytes = 0
+        self.read_records = 0
 
     # -- opening ------------------------------------------------------------------------
 
@@ -295,6 +302,8 @@ class PartitionLog:
         if not self.visible_after_flush:
             self._advance_visible(self.active, self.active.size, self.active.next_offset)
         last = batches.next_offset - 1
+        self.appended_bytes += size
+        self.appended_records += last - base_offset + 1
         return AppendResult(base_offset, last, append_time, self.log_start_offset)
 
     def _write(self, parts: list[Buffer], size: int, headers: list[BatchHeader]) -> None:
@@ -419,10 +428,31 @@ class PartitionLog:
             end = visible.position if segment is visible.segment else None
             found = segment.read(offset, max_bytes, min_one, end)
             if found is not None:
+                self._count_read(segment, found, offset, visible)
                 return found
             if segment.find(offset) is not None:
                 return None  # the next batch exists but does not fit max_bytes
         return None
+
+    def _count_read(
+        self, segment: Segment, found: RecordsSlice, offset: int, visible: _Visible
+    ) -> None:
+        """Add a read to the counters. Where the slice ends is known without I/O when it
+        reaches the high watermark or the segment's end (a consumer at the tail); otherwise
+        the next batch's header, which the read has just touched, says."""
+        stop = found.position + len(found)
+        if segment is visible.segment and stop == visible.position:
+            next_offset = visible.offset
+        elif stop >= segment.size:
+            next_offset = segment.next_offset
+        else:
+            try:
+                header = segment.header_at(stop)
+            except (CorruptRecordError, OSError):
+                header = None  # the read stops before damage; the counters need not be exact
+            next_offset = header.base_offset if header is not None else segment.next_offset
+        self.read_bytes += len(found)
+        self.read_records += max(next_offset - offset, 0)
 
     def _check_range(self, offset: int) -> None:
         if not self.log_start_offset <= offset <= self.high_watermark:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection
 from aiohttp.typedefs import Middleware
 
 from kayak.broker.config import BrokerConfig
+from kayak.broker.metrics import metrics_routes
 from kayak.broker.security.credentials import CredentialStore
 from kayak.broker.security.login_limiter import LoginLimiter
 from kayak.broker.security.tls import server_context
@@ -16,6 +17,7 @@ from kayak.broker.web.auth import PasswordVerifier, VerifiedPasswords, basic_aut
 from kayak.broker.web.errors import JSON_CONTENT_TYPE
 from kayak.broker.web.guards import json_bodies_only, same_origin_writes
 from kayak.broker.web.server import WebLimits, WebServer
+from kayak.console import mount_console
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +69,13 @@ def broker_web_server(
         ssl_context = server_context(
             config.ssl_certificate_location, config.ssl_key_location, config.ssl_key_password
         )
-    return WebServer(
+    web = WebServer(
         host, port, ssl_context,
         limits=limits, middlewares=middlewares, error_content_type=error_content_type,
     )  # fmt: skip
+    web.add_routes(metrics_routes(config))  # the running broker's, found per request
+    mount_console(web, config)  # the web console at / (kayak.console)
+    return web
 
 
 def _store_version(credentials: PasswordVerifier | None) -> Callable[[], object]:
