@@ -185,6 +185,18 @@ class ConsumerOffsetsTopic:
         if slots:
             await self._write([(slot, None) for slot in dict.fromkeys(slots)])
 
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """Tombstones for these (topic, partition) commits of ``group`` (OffsetDelete);
+        pending first commits count, as in :meth:`delete_group`."""
+        committed = self._groups.get(group, {})
+        slots = [
+            (group, topic, partition)
+            for topic, partition in dict.fromkeys(partitions)
+            if (topic, partition) in committed or (group, topic, partition) in self._pending
+        ]
+        if slots:
+            await self._write([(slot, None) for slot in slots])
+
     async def _write(self, entries: list[tuple[Slot, CommittedOffset | None]]) -> None:
         """Append ``entries`` as one batch; once on disk, memory shows them."""
         keys = [encode_key(*slot) for slot, _ in entries]

@@ -35,6 +35,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # v0 is answered UNSUPPORTED_VERSION (unframed tokens)
     ApiKey.SASL_AUTHENTICATE: (0, 2),
@@ -43,6 +44,12 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (0, 3),
     ApiKey.CREATE_ACLS: (0, 3),
     ApiKey.DELETE_ACLS: (0, 3),
+    # Advertised, and answered UNSUPPORTED_VERSION as a Kafka broker without the new group
+    # protocol answers (see handlers/consumer_protocol.py): a consumer with
+    # group.protocol=consumer then fails at once instead of waiting in silence. v1 because
+    # librdkafka sends nothing to a broker without it (Kafka 4.0 advertises 0-1).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
 }
 
 

@@ -44,6 +44,7 @@ from kayak.protocol.records.scanner import scan_batches
 from tests.broker.test_group_harness import FAST_CONFIG, call
 from tests.broker.test_group_offsets import commit, commit_request
 from tests.broker.wire import WireClient
+from tests.security.acl_support import create_topic
 
 COMPACTING = "compacting __consumer_offsets"
 
@@ -474,6 +475,14 @@ def offset_commit(group: str, topic: str, offsets: dict[int, int]) -> OffsetComm
     )
 
 
+def create_orders(port: int, partitions: int) -> None:
+    """The topic the commits name: OffsetCommit for a topic that does not exist is refused."""
+    client = WireClient(f"127.0.0.1:{port}")
+    response = client.request(create_topic("orders", partitions), 5)
+    client.close()
+    assert [t.error_code for t in response.topics] == [ErrorCode.NONE]
+
+
 async def commit_over_wire(port: int, group: str, offsets: dict[int, int]) -> None:
     wire = await AsyncWire.connect(port)
     response: OffsetCommitResponse = await wire.request(offset_commit(group, "orders", offsets), 8)
@@ -508,6 +517,7 @@ def test_25000_keys_committed_over_the_wire_compact_and_survive_a_restart(
 
     async def run() -> dict[str, dict[int, int]]:
         async with Broker(data, port=0) as broker:
+            await asyncio.to_thread(create_orders, broker.port, len(partitions))
             for round_ in (1, 2):
                 await asyncio.gather(
                     *(
@@ -692,6 +702,7 @@ def test_a_sigkilled_compaction_replays_to_the_same_committed_offsets(
     # request that was cut off, that value or the new one.
     allowed: dict[tuple[str, int], set[int]] = {}
     answered = True
+    create_orders(broker.port, partitions)
     for group, offsets, acked in commit_rounds(broker.port, groups, partitions):
         for p, offset in offsets.items():
             allowed[(group, p)] = {offset} if acked else allowed.get((group, p), {-1}) | {offset}

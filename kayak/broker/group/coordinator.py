@@ -14,6 +14,7 @@ from kayak.broker.group.admin import GroupAdmin
 from kayak.broker.group.config import GroupCoordinatorConfig
 from kayak.broker.group.group import Group
 from kayak.broker.group.membership import JoinParams, LeavingMember, Membership, SyncParams
+from kayak.broker.group.offset_delete import delete_offsets
 from kayak.broker.group.offset_requests import OffsetRequests, failed_commit, failed_fetch
 from kayak.broker.group.offsets import OffsetStore
 from kayak.broker.group.results import JoinResult, SyncResult
@@ -38,6 +39,8 @@ from kayak.protocol.messages.list_groups_request import ListGroupsRequest
 from kayak.protocol.messages.list_groups_response import ListGroupsResponse
 from kayak.protocol.messages.offset_commit_request import OffsetCommitRequest
 from kayak.protocol.messages.offset_commit_response import OffsetCommitResponse
+from kayak.protocol.messages.offset_delete_request import OffsetDeleteRequest
+from kayak.protocol.messages.offset_delete_response import OffsetDeleteResponse
 from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from kayak.protocol.messages.offset_fetch_response import OffsetFetchResponse
 from kayak.protocol.messages.sync_group_request import SyncGroupRequest
@@ -67,6 +70,7 @@ class GroupCoordinator:
         self._membership = Membership(self._groups, config, clock)
         self._offsets = OffsetRequests(self._groups, self._membership, offsets, config, wall_clock)
         self._admin = GroupAdmin(self._groups, self._membership, offsets)
+        self._store = offsets
         self._closed = False
 
     @property
@@ -185,6 +189,14 @@ class GroupCoordinator:
         if self._closed:
             return failed_fetch(request, version, _E.COORDINATOR_NOT_AVAILABLE)
         return self._offsets.fetch(request, version)
+
+    async def offset_delete(
+        self, request: OffsetDeleteRequest, version: int, client_id: str, client_host: str
+    ) -> OffsetDeleteResponse:
+        """OffsetDelete (KIP-496): drop committed offsets of topics nobody in the group reads."""
+        if self._closed:
+            return OffsetDeleteResponse(error_code=_E.COORDINATOR_NOT_AVAILABLE)
+        return await delete_offsets(self._groups, self._store, request)
 
     # -- administration -----------------------------------------------------------------
 

@@ -111,6 +111,10 @@ class OffsetStore(Protocol):
         """Forget every commit of ``group`` (DeleteGroups)."""
         ...
 
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """Forget ``group``'s commits for these ``(topic, partition)`` (OffsetDelete)."""
+        ...
+
 
 class InMemoryOffsetStore:
     """An :class:`OffsetStore` kept in a dict: fast, and gone when the process exits."""
@@ -142,3 +146,10 @@ class InMemoryOffsetStore:
 
     async def delete_group(self, group: str) -> None:
         self._groups.pop(group, None)
+
+    async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        offsets = self._groups.get(group, {})
+        for key in partitions:
+            offsets.pop(key, None)
+        if not offsets:
+            self._groups.pop(group, None)

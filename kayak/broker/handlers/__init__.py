@@ -17,6 +17,7 @@ from kayak.broker.handlers import (
     api_versions,
     cluster,
     configs,
+    consumer_protocol,
     fetch,
     groups,
     offsets,
@@ -55,6 +56,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.handle_consumer_group_describe,
 }
 
 

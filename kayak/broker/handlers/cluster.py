@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kayak.broker.catalog import NO_LEADER, NewTopic, Topic
 from kayak.broker.context import RequestContext
+from kayak.broker.handlers.authorized_operations import cluster_operations, topic_operations
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
 from kayak.broker.shards import ShardAddress
@@ -42,14 +43,16 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
     )
     # v0: an empty list means every topic; v1+: null means every topic.
     everything = request.topics is None or (ctx.version == 0 and not request.topics)
+    if 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = cluster_operations(ctx)
+    with_operations = ctx.version >= 8 and request.include_topic_authorized_operations
     if everything:
-        response.answer(
-            [
-                _describe(t)
-                for t in broker.catalog.topics()
-                if not t.internal and allowed(ctx, AclOperation.DESCRIBE, TOPIC, t.name)
-            ]
-        )
+        described: list[_Answer] = [
+            _describe(t)
+            for t in broker.catalog.topics()
+            if not t.internal and allowed(ctx, AclOperation.DESCRIBE, TOPIC, t.name)
+        ]
+        response.answer(_with_operations(ctx, described) if with_operations else described)
         return response
     allow_create = request.allow_auto_topic_creation or ctx.version < 4
     wanted = request.topics or []
@@ -66,8 +69,20 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> Meta
             a if a is not None else _created(ctx, t.name, failed)
             for t, a in zip(wanted, answers, strict=True)
         ]
-    response.answer([a for a in answers if a is not None])
+    found = [a for a in answers if a is not None]
+    response.answer(_with_operations(ctx, found) if with_operations else found)
     return response
+
+
+def _with_operations(ctx: RequestContext, answers: list[_Answer]) -> list[_Answer]:
+    """The answers with each described topic's authorized operations for this principal
+    (encoded afresh: the cached encodings hold none)."""
+    return [
+        replace(a.topic, topic_authorized_operations=topic_operations(ctx, a.topic.name or ""))
+        if isinstance(a, _TopicAnswer)
+        else a
+        for a in answers
+    ]
 
 
 def _created(ctx: RequestContext, name: str | None, failed: dict[str, int]) -> _Answer:
@@ -226,15 +241,18 @@ def _encode_topic(topic: MetadataResponseTopic, version: int) -> bytes:
 async def handle_describe_cluster(
     ctx: RequestContext, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
-    # Kafka answers every client (the brokers are in Metadata anyway); DESCRIBE on the
-    # cluster only governs include_cluster_authorized_operations, which kayak leaves unset.
+    # Kafka answers every client (the brokers are in Metadata anyway); the authorizer only
+    # decides which operations include_cluster_authorized_operations reports.
     broker = ctx.broker
-    return DescribeClusterResponse(
+    response = DescribeClusterResponse(
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
         controller_id=0,
         brokers=[DescribeClusterBroker(s.node_id, s.host, s.port) for s in _brokers(ctx)],
     )
+    if request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = cluster_operations(ctx)
+    return response
 
 
 async def handle_find_coordinator(

@@ -1,16 +1,37 @@
-"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics (and the broker's view)."""
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and the broker.
+
+Every topic configuration of Kafka is described (see :mod:`.config_entries` for sources and
+synonyms) and may be set; IncrementalAlterConfigs APPENDs to and SUBTRACTs from list
+configurations. A broker configuration Kafka cannot change at runtime is refused as Kafka
+refuses it (INVALID_REQUEST, "Cannot update these configs dynamically"); kayak applies no
+broker change at runtime, so the others are refused too, with a message saying so, unless
+they leave the value as it is.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 
 from kayak.broker.catalog import Topic
 from kayak.broker.context import RequestContext
-from kayak.broker.handlers.topics import DEFAULT_CONFIG, TOPIC_CONFIG
+from kayak.broker.handlers.config_entries import (
+    DEFAULT_CONFIG,
+    Entry,
+    broker_entries,
+    is_dynamic,
+    topic_entries,
+)
+from kayak.broker.log.config_defs import LIST_CONFIGS, TOPIC_CONFIGS
 from kayak.broker.security.acls import AclOperation
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
 from kayak.broker.security.acls.internal_topics import is_internal_topic
-from kayak.errors import ErrorCode, InvalidConfigurationError, KafkaError
+from kayak.errors import (
+    ErrorCode,
+    InvalidConfigurationError,
+    InvalidRequestError,
+    KafkaError,
+)
 from kayak.protocol.messages.alter_configs_request import AlterConfigsRequest
 from kayak.protocol.messages.alter_configs_response import (
     AlterConfigsResourceResponse,
@@ -24,9 +45,9 @@ from kayak.protocol.messages.describe_configs_response import (
     DescribeConfigsResourceResult,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribeConfigsSynonym,
 )
 from kayak.protocol.messages.incremental_alter_configs_request import (
-    AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
 from kayak.protocol.messages.incremental_alter_configs_response import (
@@ -36,25 +57,16 @@ from kayak.protocol.messages.incremental_alter_configs_response import (
     IncrementalAlterConfigsResponse,
 )
 
+log = logging.getLogger(__name__)
+
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-SET, DELETE = 0, 1
-_STRING, _INT, _LONG = 2, 3, 5  # DescribeConfigs config_type codes
-
-# A broker describes its topic defaults under Kafka's broker property names ("Server Default
-# Property" in Kafka's topic config documentation), not under the topic-level names.
-_BROKER_NAMES = {
-    "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms",
-    "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "max.message.bytes": "message.max.bytes",
-    "cleanup.policy": "log.cleanup.policy",
-    "message.timestamp.type": "log.message.timestamp.type",
-}
-
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_VERBS = {APPEND: "append", SUBTRACT: "subtract"}
 
 _DESCRIBE, _ALTER = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
+
+Change = tuple[str, int, str | None]  # (name, operation, value) of one requested change
+_Result = AlterConfigsResourceResponse | IncrementalResult
 
 
 def _refusal(
@@ -74,61 +86,89 @@ def _refusal(
     return None
 
 
+def _wrong_broker(ctx: RequestContext, name: str) -> str | None:
+    if name in ("", str(ctx.broker.node_id)):
+        return None
+    return (
+        f"unexpected broker id {name!r}: this is broker {ctx.broker.node_id} "
+        "(or use the empty name)"
+    )
+
+
+# -- DescribeConfigs ----------------------------------------------------------------------------
+
+
 async def handle_describe_configs(
     ctx: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
+    synonyms = ctx.version >= 1 and request.include_synonyms
     response = DescribeConfigsResponse()
     for resource in request.resources:
-        response.results.append(_describe(ctx, resource))
+        response.results.append(_describe(ctx, resource, synonyms))
     return response
 
 
-def _describe(ctx: RequestContext, resource: DescribeConfigsResource) -> DescribeConfigsResult:
+def _describe(
+    ctx: RequestContext, resource: DescribeConfigsResource, synonyms: bool
+) -> DescribeConfigsResult:
     result = DescribeConfigsResult(
-        resource_type=resource.resource_type, resource_name=resource.resource_name
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        error_message=None,
     )
     refusal = _refusal(ctx, resource.resource_type, resource.resource_name, _DESCRIBE)
     if refusal is not None:
         result.error_code, result.error_message = refusal
         return result
+    entries: list[Entry]
     if resource.resource_type == BROKER_RESOURCE:
-        if resource.resource_name not in ("", str(ctx.broker.node_id)):
-            result.error_code = ErrorCode.INVALID_REQUEST
-            result.error_message = (
-                f"unexpected broker id {resource.resource_name!r}: this is broker "
-                f"{ctx.broker.node_id} (or use the empty name)"
-            )
+        wrong = _wrong_broker(ctx, resource.resource_name)
+        if wrong is not None:
+            result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, wrong
             return result
-        properties = {
-            _BROKER_NAMES.get(name, name): value
-            for name, value in ctx.broker.config.log.to_properties().items()
-        }
-        overrides: dict[str, str] = {}
+        entries = _broker_entries(ctx)
     elif resource.resource_type == TOPIC_RESOURCE:
         topic = ctx.broker.catalog.get(resource.resource_name)
         if topic is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = f"topic {resource.resource_name!r} does not exist"
             return result
-        properties, overrides = topic.config.to_properties(), topic.overrides
+        entries = list(
+            topic_entries(
+                topic.config.to_properties(), topic.overrides, ctx.broker.catalog.defaults
+            )
+        )
     else:
         result.error_code = ErrorCode.INVALID_REQUEST
         result.error_message = f"resource type {resource.resource_type} is not supported"
         return result
     keys = resource.configuration_keys
-    for name, value in sorted(properties.items()):
-        if keys is not None and name not in keys:
-            continue
-        result.configs.append(
-            DescribeConfigsResourceResult(
-                name=name,
-                value=value,
-                is_default=name not in overrides,
-                config_source=TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
-                config_type=_STRING if not value.lstrip("-").isdigit() else _LONG,
-            )
-        )
+    result.configs = [
+        _described(entry, synonyms) for entry in entries if keys is None or entry.name in keys
+    ]
     return result
+
+
+def _broker_entries(ctx: RequestContext) -> list[Entry]:
+    coordinator = ctx.broker.coordinator
+    return broker_entries(ctx.broker.config, coordinator.config if coordinator else None)
+
+
+def _described(entry: Entry, synonyms: bool) -> DescribeConfigsResourceResult:
+    return DescribeConfigsResourceResult(
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        is_default=entry.source == DEFAULT_CONFIG,
+        config_source=entry.source,
+        is_sensitive=entry.sensitive,
+        synonyms=[DescribeConfigsSynonym(*s) for s in entry.synonyms] if synonyms else [],
+        config_type=entry.type,
+        documentation=None,
+    )
+
+
+# -- AlterConfigs, IncrementalAlterConfigs --------------------------------------------------------
 
 
 async def handle_alter_configs(
@@ -141,11 +181,12 @@ async def handle_alter_configs(
             resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         wanted = {c.name: c.value for c in resource.configs if c.value is not None}
+        changes: list[Change] = [(name, SET, value) for name, value in wanted.items()]
 
         def replace_all(_: Topic, wanted: dict[str, str] = wanted) -> dict[str, str]:
             return wanted
 
-        await _alter(ctx, result, replace_all, request.validate_only)
+        await _alter(ctx, result, changes, replace_all, request.validate_only)
         response.responses.append(result)
     return response
 
@@ -153,40 +194,63 @@ async def handle_alter_configs(
 async def handle_incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    """Set or delete single overrides (append/subtract apply to list configs only)."""
+    """SET, DELETE, and APPEND/SUBTRACT on list configurations, one resource at a time."""
     response = IncrementalAlterConfigsResponse()
     for resource in request.resources:
         result = IncrementalResult(
             resource_type=resource.resource_type, resource_name=resource.resource_name
         )
+        changes: list[Change] = [(c.name, c.config_operation, c.value) for c in resource.configs]
 
-        def apply(topic: Topic, resource: AlterConfigsResource = resource) -> dict[str, str]:
-            return _apply(topic, resource)
+        def apply(topic: Topic, changes: list[Change] = changes) -> dict[str, str]:
+            return applied(topic.overrides, topic.config.to_properties(), changes)
 
-        await _alter(ctx, result, apply, request.validate_only)
+        await _alter(ctx, result, changes, apply, request.validate_only)
         response.responses.append(result)
     return response
 
 
-def _apply(topic: Topic, resource: AlterConfigsResource) -> dict[str, str]:
-    overrides = dict(topic.overrides)
-    for change in resource.configs:
-        if change.config_operation == SET and change.value is not None:
-            overrides[change.name] = change.value
-        elif change.config_operation == DELETE:
-            overrides.pop(change.name, None)
+def applied(
+    overrides: dict[str, str], effective: dict[str, str], changes: Sequence[Change]
+) -> dict[str, str]:
+    """A topic's overrides after IncrementalAlterConfigs ``changes`` (validated later, as a
+    whole, by the catalog). APPEND adds the list items not there yet, SUBTRACT removes
+    items, both starting from the current value (the override, else the default)."""
+    result = dict(overrides)
+    for name, operation, value in changes:
+        if operation == SET:
+            if value is None:
+                raise InvalidRequestError(f"Null value not supported for : {name}")
+            result[name] = value
+        elif operation == DELETE:
+            result.pop(name, None)
+        elif operation in _VERBS:
+            if name not in TOPIC_CONFIGS:
+                raise InvalidConfigurationError(f"Unknown topic config name: {name}")
+            if name not in LIST_CONFIGS:
+                raise InvalidConfigurationError(
+                    f"Config value {_VERBS[operation]} is not allowed for config key: {name}"
+                )
+            current = _items(result.get(name, effective.get(name, "")))
+            given = _items(value or "")
+            if operation == APPEND:
+                current += [item for item in given if item not in current]
+            else:
+                current = [item for item in current if item not in given]
+            result[name] = ",".join(current)
         else:
-            raise _invalid(f"operation {change.config_operation} on {change.name} is not supported")
-    return overrides
+            raise InvalidRequestError(f"unknown config operation {operation} on {name}")
+    return result
 
 
-def _invalid(message: str) -> KafkaError:
-    return InvalidConfigurationError(message)
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 async def _alter(
     ctx: RequestContext,
-    result: AlterConfigsResourceResponse | IncrementalResult,
+    result: _Result,
+    changes: list[Change],
     overrides_for: Callable[[Topic], dict[str, str]],
     validate_only: bool,
 ) -> None:
@@ -194,17 +258,76 @@ async def _alter(
     if refusal is not None:
         result.error_code, result.error_message = refusal
         return
+    names = [name for name, _, _ in changes]
+    if len(set(names)) != len(names):
+        result.error_code = ErrorCode.INVALID_REQUEST
+        result.error_message = "Error due to duplicate config keys"
+        return
+    if result.resource_type == BROKER_RESOURCE:
+        _alter_broker(ctx, result, changes)
+        return
     if result.resource_type != TOPIC_RESOURCE:
         result.error_code = ErrorCode.INVALID_REQUEST
-        result.error_message = "only topic configs can be altered"
+        result.error_message = f"resource type {result.resource_type} is not supported"
         return
     topic = ctx.broker.catalog.get(result.resource_name)
     if topic is None:
         result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         result.error_message = f"topic {result.resource_name!r} does not exist"
         return
+    was_compacted = topic.config.compacted
     try:
         overrides = overrides_for(topic)
         await ctx.broker.catalog.alter_topic_configs(topic.name, overrides, validate_only)
     except KafkaError as exc:
         result.error_code, result.error_message = exc.code, exc.message
+        return
+    if not validate_only and not was_compacted:
+        warn_if_compacted(topic)
+
+
+def warn_if_compacted(topic: Topic) -> None:
+    """One warning line for a topic that asks for compaction, which kayak does not do yet
+    (Kafka's protocol has no warning channel: the request itself succeeds)."""
+    if topic.config.compacted and not topic.internal:
+        log.warning(
+            "topic %s: cleanup.policy=%s accepted, but kayak does not compact topics yet: "
+            "every record is kept until retention deletes it",
+            topic.name,
+            topic.config.cleanup_policy,
+        )
+
+
+def _alter_broker(ctx: RequestContext, result: _Result, changes: list[Change]) -> None:
+    """Refuse broker changes as Kafka refuses read-only ones; kayak applies none at runtime,
+    so a change is accepted only when it leaves the value as it is."""
+    wrong = _wrong_broker(ctx, result.resource_name)
+    if wrong is not None:
+        result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, wrong
+        return
+    current = {entry.name: entry for entry in _broker_entries(ctx)}
+    read_only = sorted(name for name, _, _ in changes if not is_dynamic(name))
+    if read_only:
+        result.error_code = ErrorCode.INVALID_REQUEST
+        result.error_message = f"Cannot update these configs dynamically: {', '.join(read_only)}"
+        return
+    changing = sorted(
+        name
+        for name, operation, value in changes
+        if not _no_op(current.get(name), operation, value)
+    )
+    if changing:
+        result.error_code = ErrorCode.INVALID_REQUEST
+        result.error_message = (
+            f"kayak does not change broker configs at runtime: {', '.join(changing)}; "
+            "start `kayak broker` with the new values (topic configs can be changed at runtime)"
+        )
+
+
+def _no_op(entry: Entry | None, operation: int, value: str | None) -> bool:
+    if entry is None:
+        return False
+    if operation == SET:
+        return value == entry.value
+    # Nothing was set at runtime, so there is nothing to delete.
+    return operation == DELETE

@@ -3,8 +3,9 @@
 Each request is authorized as Kafka authorizes it before the coordinator sees it: READ on the
 group to join, sync, heartbeat, leave and commit (plus READ on each committed topic),
 DESCRIBE to fetch offsets (and on each topic), describe and find a group, DELETE to delete
-one; ListGroups shows only the groups the principal may describe, unless it may describe
-the cluster.
+one or its offsets (OffsetDelete, plus READ on each topic); ListGroups shows only the groups
+the principal may describe, unless it may describe the cluster. OffsetCommit and OffsetDelete
+answer a partition of a topic that does not exist UNKNOWN_TOPIC_OR_PARTITION, as Kafka does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Protocol, cast
 
 from kayak.broker.context import RequestContext
 from kayak.broker.group.offset_requests import failed_commit, failed_fetch
+from kayak.broker.handlers.authorized_operations import group_operations
 from kayak.broker.security.acls import AclOperation
 from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
 from kayak.errors import (
@@ -38,7 +40,20 @@ from kayak.protocol.messages.describe_groups_response import (
 from kayak.protocol.messages.list_groups_request import ListGroupsRequest
 from kayak.protocol.messages.list_groups_response import ListGroupsResponse
 from kayak.protocol.messages.offset_commit_request import OffsetCommitRequest
-from kayak.protocol.messages.offset_commit_response import OffsetCommitResponse
+from kayak.protocol.messages.offset_commit_response import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from kayak.protocol.messages.offset_delete_request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestTopic,
+)
+from kayak.protocol.messages.offset_delete_response import (
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
+)
 from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from kayak.protocol.messages.offset_fetch_response import (
     OffsetFetchResponse,
@@ -65,17 +80,77 @@ async def _member_guard(ctx: RequestContext, request: Any, forward: Forward) -> 
 async def _commit_guard(
     ctx: RequestContext, request: OffsetCommitRequest, forward: Forward
 ) -> OffsetCommitResponse:
-    """READ on the group, then READ on each topic: the others' partitions are refused."""
+    """READ on the group, then READ on each topic, then the partition must exist: the other
+    partitions are refused, the rest committed."""
     if not allowed(ctx, _READ, GROUP, request.group_id):
         return failed_commit(request, _GROUP_DENIED)
-    denied = [t for t in request.topics if not allowed(ctx, _READ, TOPIC, t.name)]
-    if not denied:
+    refused: dict[str, list[tuple[int, int]]] = {}
+    permitted = []
+    for topic in request.topics:
+        indexes = [p.partition_index for p in topic.partitions]
+        errors = _partition_errors(ctx, topic.name, indexes, _READ)
+        for index, error in zip(indexes, errors, strict=True):
+            if error:
+                refused.setdefault(topic.name, []).append((index, error))
+        kept = [p for p, error in zip(topic.partitions, errors, strict=True) if not error]
+        if kept:
+            permitted.append(replace(topic, partitions=kept))
+    if not refused:
         return cast(OffsetCommitResponse, await forward(request))
-    response = failed_commit(replace(request, topics=denied), _TOPIC_DENIED)
-    permitted = [t for t in request.topics if all(t is not d for d in denied)]
+    response = OffsetCommitResponse()
     if permitted:
-        answered = await forward(replace(request, topics=permitted))
-        response.topics = answered.topics + response.topics
+        response = cast(OffsetCommitResponse, await forward(replace(request, topics=permitted)))
+    answered = {t.name: t for t in response.topics}
+    for name, failures in refused.items():
+        topic_answer = answered.get(name)
+        if topic_answer is None:
+            topic_answer = answered[name] = OffsetCommitResponseTopic(name, [])
+            response.topics.append(topic_answer)
+        topic_answer.partitions.extend(OffsetCommitResponsePartition(i, e) for i, e in failures)
+    return response
+
+
+def _partition_errors(
+    ctx: RequestContext, topic: str, indexes: list[int], operation: AclOperation
+) -> list[int]:
+    """Per partition: TOPIC_AUTHORIZATION_FAILED without ``operation`` on the topic (decided
+    first, as in Kafka), UNKNOWN_TOPIC_OR_PARTITION if it does not exist, else 0."""
+    if not allowed(ctx, operation, TOPIC, topic):
+        return [_TOPIC_DENIED] * len(indexes)
+    found = ctx.broker.catalog.get(topic)
+    count = found.partition_count if found is not None and not found.deleting else 0
+    return [0 if 0 <= i < count else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for i in indexes]
+
+
+async def _offset_delete_guard(
+    ctx: RequestContext, request: OffsetDeleteRequest, forward: Forward
+) -> OffsetDeleteResponse:
+    """DELETE on the group; then READ on each topic and the partition must exist."""
+    if not allowed(ctx, _DELETE, GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=_GROUP_DENIED)
+    refused: list[OffsetDeleteResponseTopic] = []
+    permitted: list[OffsetDeleteRequestTopic] = []
+    for topic in request.topics:
+        indexes = [p.partition_index for p in topic.partitions]
+        errors = _partition_errors(ctx, topic.name, indexes, _READ)
+        failed = [
+            OffsetDeleteResponsePartition(i, e) for i, e in zip(indexes, errors, strict=True) if e
+        ]
+        if failed:
+            refused.append(OffsetDeleteResponseTopic(topic.name, failed))
+        kept = [p for p, error in zip(topic.partitions, errors, strict=True) if not error]
+        if kept:
+            permitted.append(OffsetDeleteRequestTopic(topic.name, kept))
+    response = cast(OffsetDeleteResponse, await forward(replace(request, topics=permitted)))
+    if response.error_code:
+        return response
+    answered = {t.name: t for t in response.topics}
+    for topic_answer in refused:
+        existing = answered.get(topic_answer.name)
+        if existing is None:
+            response.topics.append(topic_answer)
+        else:
+            existing.partitions.extend(topic_answer.partitions)
     return response
 
 
@@ -136,16 +211,20 @@ def _visible(ctx: RequestContext, topics: list[Any], explicit: bool) -> list[Any
 async def _describe_guard(
     ctx: RequestContext, request: DescribeGroupsRequest, forward: Forward
 ) -> DescribeGroupsResponse:
-    """DESCRIBE on each group; the others are answered GROUP_AUTHORIZATION_FAILED."""
+    """DESCRIBE on each group; the others are answered GROUP_AUTHORIZATION_FAILED. With
+    include_authorized_operations (v3+), each group's operations for this principal."""
     denied = [g for g in request.groups if not allowed(ctx, _DESCRIBE, GROUP, g)]
     permitted = [g for g in request.groups if g not in denied]
     if not denied:
-        return cast(DescribeGroupsResponse, await forward(request))
-    answered = (
-        cast(DescribeGroupsResponse, await forward(replace(request, groups=permitted)))
-        if permitted
-        else DescribeGroupsResponse()
-    )
+        answered = cast(DescribeGroupsResponse, await forward(request))
+    elif permitted:
+        answered = cast(DescribeGroupsResponse, await forward(replace(request, groups=permitted)))
+    else:
+        answered = DescribeGroupsResponse()
+    if ctx.version >= 3 and request.include_authorized_operations:
+        for group in answered.groups:
+            if not group.error_code:
+                group.authorized_operations = group_operations(ctx, group.group_id)
     answered.groups.extend(DescribedGroup(error_code=_GROUP_DENIED, group_id=g) for g in denied)
     return answered
 
@@ -180,6 +259,7 @@ async def _list_guard(
 _Guard = Callable[[RequestContext, Any, Forward], Awaitable[Any]]
 _GUARDS: dict[str, _Guard] = {
     "offset_commit": _commit_guard,
+    "offset_delete": _offset_delete_guard,
     "offset_fetch": _offset_fetch_guard,
     "describe_groups": _describe_guard,
     "delete_groups": _delete_guard,
@@ -196,6 +276,7 @@ _METHODS = {
     ApiKey.LEAVE_GROUP: "leave_group",
     ApiKey.OFFSET_COMMIT: "offset_commit",
     ApiKey.OFFSET_FETCH: "offset_fetch",
+    ApiKey.OFFSET_DELETE: "offset_delete",
     ApiKey.LIST_GROUPS: "list_groups",
     ApiKey.DESCRIBE_GROUPS: "describe_groups",
     ApiKey.DELETE_GROUPS: "delete_groups",

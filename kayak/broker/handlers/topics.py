@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kayak.broker.catalog import NewTopic, Topic
 from kayak.broker.context import RequestContext
+from kayak.broker.handlers.config_entries import topic_entries
+from kayak.broker.handlers.configs import warn_if_compacted
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
 from kayak.errors import ErrorCode, KafkaError
-from kayak.protocol.messages.create_partitions_request import CreatePartitionsRequest
+from kayak.protocol.messages.create_partitions_request import (
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
 from kayak.protocol.messages.create_partitions_response import (
     CreatePartitionsResponse,
     CreatePartitionsTopicResult,
@@ -23,9 +30,6 @@ from kayak.protocol.messages.delete_topics_response import (
     DeletableTopicResult,
     DeleteTopicsResponse,
 )
-
-# DescribeConfigs' config_source for a topic-level override, and for a default.
-TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
 _DUPLICATE = "the request names this topic more than once"
 
@@ -72,7 +76,9 @@ async def handle_create_topics(
         [new for _, new in creatable], request.validate_only
     )
     for (result, new), topic in zip(creatable, created, strict=True):
-        _describe_created(result, new, topic)
+        _describe_created(ctx, result, new, topic)
+        if not request.validate_only and isinstance(topic, Topic):
+            warn_if_compacted(topic)
     for name in sorted(duplicates):
         response.topics.append(
             CreatableTopicResult(
@@ -103,23 +109,65 @@ def _new_topic(
     ctx: RequestContext, wanted: CreatableTopic, result: CreatableTopicResult
 ) -> NewTopic | None:
     """What to create, or None with ``result`` holding why not."""
-    if wanted.replication_factor not in (-1, 1):
-        result.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
-        result.error_message = f"replication factor {wanted.replication_factor}: one node holds 1"
-        return None
     if wanted.assignments:
-        result.error_code = ErrorCode.INVALID_REQUEST
-        result.error_message = "manual replica assignment is not supported on one node"
-        return None
-    partitions = wanted.num_partitions
-    if partitions == -1:
-        partitions = ctx.broker.config.num_partitions
+        if wanted.num_partitions != -1 or wanted.replication_factor != -1:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = (
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time."
+            )
+            return None
+        indexes = sorted(a.partition_index for a in wanted.assignments)
+        if indexes != list(range(len(indexes))):
+            result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            result.error_message = "partitions in the replica assignment are not consecutive from 0"
+            return None
+        by_index = {a.partition_index: a.broker_ids for a in wanted.assignments}
+        why = _misplaced(ctx, [by_index[i] for i in indexes], 0)
+        if why is not None:
+            result.error_code, result.error_message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, why
+            return None
+        partitions = len(indexes)
+    else:
+        if wanted.replication_factor not in (-1, 1):
+            result.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+            result.error_message = (
+                f"replication factor {wanted.replication_factor}: one node holds 1"
+            )
+            return None
+        partitions = wanted.num_partitions
+        if partitions == -1:
+            partitions = ctx.broker.config.num_partitions
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}
     return NewTopic(wanted.name, partitions, configs)
 
 
+def _misplaced(ctx: RequestContext, replicas: Sequence[Sequence[int]], first: int) -> str | None:
+    """Why a manual replica assignment (the broker ids of partitions ``first``, ``first+1``,
+    ...) cannot be honoured, or None: each partition has one replica, on the node kayak would
+    choose (the only broker when it runs alone; round-robin over shards)."""
+    nodes = {address.node_id for address in ctx.broker.cluster()}
+    shards = ctx.broker.config.shard_count
+    for offset, brokers in enumerate(replicas):
+        index = first + offset
+        unknown = sorted(set(brokers) - nodes)
+        if unknown:
+            return (
+                f"partition {index}: the assignment includes broker {unknown[0]}, but no "
+                f"broker with that id is registered (brokers: {sorted(nodes)})"
+            )
+        if len(brokers) != 1:
+            return f"partition {index}: {len(brokers)} replicas; kayak keeps exactly one"
+        if brokers[0] != index % shards:
+            return (
+                f"partition {index}: kayak places it on shard {index % shards}, "
+                f"not on broker {brokers[0]}"
+            )
+    return None
+
+
 def _describe_created(
-    result: CreatableTopicResult, new: NewTopic, topic: Topic | KafkaError
+    ctx: RequestContext, result: CreatableTopicResult, new: NewTopic, topic: Topic | KafkaError
 ) -> None:
     if isinstance(topic, KafkaError):
         result.error_code, result.error_message = topic.code, topic.message
@@ -127,13 +175,11 @@ def _describe_created(
     result.topic_id = topic.topic_id
     result.num_partitions = new.num_partitions
     result.replication_factor = 1
+    entries = topic_entries(
+        topic.config.to_properties(), dict(new.configs), ctx.broker.catalog.defaults
+    )
     result.configs = [
-        CreatableTopicConfigs(
-            name=name,
-            value=value,
-            config_source=TOPIC_CONFIG if name in new.configs else DEFAULT_CONFIG,
-        )
-        for name, value in topic.config.to_properties().items()
+        CreatableTopicConfigs(name=e.name, value=e.value, config_source=e.source) for e in entries
     ]
 
 
@@ -209,9 +255,8 @@ async def handle_create_partitions(
             # Its partition count is part of how the broker stores state: never changed.
             result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             result.error_message = f"the partitions of internal topic {wanted.name} are fixed"
-        elif wanted.assignments:
-            result.error_code = ErrorCode.INVALID_REQUEST
-            result.error_message = "manual replica assignment is not supported on one node"
+        elif wanted.assignments and (why := _new_partitions_misplaced(ctx, wanted)):
+            result.error_code, result.error_message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, why
         else:
             growing.append((result, wanted.count))
         response.results.append(result)
@@ -222,3 +267,15 @@ async def handle_create_partitions(
         if failure is not None:
             result.error_code, result.error_message = failure.code, failure.message
     return response
+
+
+def _new_partitions_misplaced(ctx: RequestContext, wanted: CreatePartitionsTopic) -> str | None:
+    """Why CreatePartitions' assignment of the new partitions cannot be honoured, or None."""
+    topic = ctx.broker.catalog.get(wanted.name)
+    if topic is None:
+        return None  # answered UNKNOWN_TOPIC_OR_PARTITION by the catalog
+    assignments = [a.broker_ids for a in wanted.assignments or []]
+    added = wanted.count - topic.partition_count
+    if len(assignments) != added:
+        return f"{len(assignments)} assignments for {added} new partitions"
+    return _misplaced(ctx, assignments, topic.partition_count)
