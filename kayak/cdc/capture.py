@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kayak.cdc.errors import SchemaChangeError
 from kayak.cdc.publisher import ChangePublisher
 from kayak.cdc.source import ChangeSource
 
@@ -49,7 +50,13 @@ class CaptureLoop:
         changes = self.source.read(self.max_batch, self.poll_timeout_s)
         if not changes:
             return 0
-        events = self.publisher.publish(changes)
+        try:
+            events = self.publisher.publish(changes)
+        except SchemaChangeError as e:
+            # Everything before the refused change is on the broker: let the source forget it.
+            if e.published:
+                self.source.acknowledge(changes[e.published - 1])
+            raise
         self.source.acknowledge(changes[-1])
         self.stats.changes += len(changes)
         self.stats.events += events

@@ -23,6 +23,13 @@ BYTES           bytes        bytea, SQLite BLOB
 
 ``Column.source_type`` keeps the database's declared type (``numeric(10,2)``,
 ``timestamptz``) so a target of the same kind can create the table with the same types.
+``Column.default`` is the value rows that predate the column hold (a column added with
+``ADD COLUMN … DEFAULT``), so a target adding the column gives its existing rows the same;
+``Column.renamed_from`` lists the column's earlier names, oldest first, so a target renames
+the column instead of adding an empty one.
+
+A ``TRUNCATE`` is one :class:`Change` with ``Op.TRUNCATE`` and neither image: every row of
+the table whose last change is older than it is gone, every later change stays.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class Op(enum.Enum):
     UPDATE = "u"
     DELETE = "d"
     READ = "r"  # a row of the initial snapshot
+    TRUNCATE = "t"  # every row of the table, at this position
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class Column:
     type: ColumnType
     nullable: bool = True
     source_type: str = ""
+    # The value of rows that predate the column (None: NULL); in ``type``'s representation.
+    default: Any = None
+    renamed_from: tuple[str, ...] = ()  # earlier names, oldest first
 
 
 @dataclass(frozen=True)
@@ -156,10 +167,14 @@ class Change:
             raise ValueError("DELETE change without a before image (at least the key)")
         if self.op is Op.UPDATE and self.after is None:
             raise ValueError("UPDATE change without an after image")
+        if self.op is Op.TRUNCATE and (self.before is not None or self.after is not None):
+            raise ValueError("TRUNCATE change with a row image")
 
     @property
     def key(self) -> Row:
-        """The primary key this change is about (the after image's, or the before's)."""
+        """The primary key this change is about (the after image's, or the before's); a
+        TRUNCATE is about no key (ValueError)."""
         image = self.after if self.after is not None else self.before
-        assert image is not None
+        if image is None:
+            raise ValueError("a TRUNCATE change has no key")
         return self.table.key_of(image)

@@ -12,7 +12,12 @@ order); its value is Debezium's envelope::
 (:func:`kayak.cdc.change.format_position`), which targets use to apply changes idempotently.
 Each column's Avro field carries ``"kayak.type"`` (the column type), ``"kayak.source_type"``
 (the database's declared type) and ``"kayak.nullable"``, so a consumer can rebuild the
-:class:`TableSchema` from the registered schema alone (:func:`table_schema_from_avro`).
+:class:`TableSchema` from the registered schema alone (:func:`table_schema_from_avro`). A
+column with a default for the rows that predate it carries ``"kayak.default"`` (its value as
+JSON; bytes as ``\\x`` + hex), and a renamed column its earlier names as Avro ``"aliases"``
+(so the new schema also reads events written under the old name).
+
+A TRUNCATE is Debezium's ``"op": "t"`` event: no key, ``before`` and ``after`` null.
 """
 
 from __future__ import annotations
@@ -74,7 +79,40 @@ def _field(column: Column, *, in_key: bool) -> dict[str, Any]:
     field["kayak.type"] = column.type.value
     field["kayak.source_type"] = column.source_type
     field["kayak.nullable"] = column.nullable
+    if column.default is not None:
+        field["kayak.default"] = _default_to_json(column.default)
+    if column.renamed_from:
+        field["aliases"] = list(column.renamed_from)
     return field
+
+
+def _default_to_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return value
+
+
+def _default_from_json(kind: ColumnType, value: Any, name: str) -> Any:
+    """A ``kayak.default`` back in the column type's representation; ValueError (naming the
+    column) if it is not one: registered schemas are untrusted input."""
+    if value is None:
+        return None
+    ok = {
+        ColumnType.BOOLEAN: isinstance(value, bool),
+        ColumnType.INT: isinstance(value, int) and not isinstance(value, bool),
+        ColumnType.LONG: isinstance(value, int) and not isinstance(value, bool),
+        ColumnType.DOUBLE: isinstance(value, int | float) and not isinstance(value, bool),
+        ColumnType.DECIMAL: isinstance(value, str),
+        ColumnType.STRING: isinstance(value, str),
+        ColumnType.BYTES: isinstance(value, str) and value.startswith("\\x"),
+    }[kind]
+    if not ok:
+        raise ValueError(f"column {name!r}: default {value!r:.40} is not a {kind.value}")
+    if kind is ColumnType.BYTES:
+        return bytes.fromhex(value[2:])
+    if kind is ColumnType.DOUBLE:
+        return float(value)
+    return value
 
 
 def _check_field_names(table: TableSchema) -> None:
@@ -184,12 +222,18 @@ def table_schema_from_avro(schema: Mapping[str, Any]) -> TableSchema:
     for f in row_type["fields"]:
         avro_type = f["type"]
         nullable = bool(f.get("kayak.nullable", isinstance(avro_type, list)))
+        kind = ColumnType(f.get("kayak.type", _plain_type(avro_type)))
+        aliases = f.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise ValueError(f"column {f['name']!r}: aliases are not a list of names")
         columns.append(
             Column(
                 name=f["name"],
-                type=ColumnType(f.get("kayak.type", _plain_type(avro_type))),
+                type=kind,
                 nullable=nullable,
                 source_type=f.get("kayak.source_type", ""),
+                default=_default_from_json(kind, f.get("kayak.default"), f["name"]),
+                renamed_from=tuple(aliases),
             )
         )
     source_fields = {f["name"] for f in fields["source"]["type"]["fields"]}

@@ -3,7 +3,13 @@
 One change is one event, with two exceptions that keep consumers simple: a delete is followed
 by a tombstone (same key, null value) so a compacted topic forgets the row, and an update that
 changes the primary key becomes a delete of the old key (plus its tombstone) and a create of
-the new one, so every event is about exactly one key.
+the new one, so every event is about exactly one key. A TRUNCATE is one ``"t"`` event with no
+key (Debezium's).
+
+A table whose new shape the schema registry refuses (say a column's type changed from
+``integer`` to ``text``: Avro cannot read an int as a string, so a BACKWARD subject answers
+409) stops publishing *at* that change with a :class:`~kayak.cdc.errors.SchemaChangeError`
+naming the table, the columns and the change: every change before it is published first.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import fastavro
 
 from kayak.cdc.change import Change, Op, Row, TableSchema
 from kayak.cdc.envelope import event_value, key_schema, topic_name, value_schema
+from kayak.cdc.errors import SchemaChangeError
+from kayak.errors import SchemaRegistryError
 
 __all__ = ["ChangePublisher", "Event", "EventEncoder", "RegistryLike"]
 
@@ -41,7 +49,7 @@ class Event:
     """One record to produce."""
 
     topic: str
-    key: bytes
+    key: bytes | None  # None: a TRUNCATE (about no key)
     value: bytes | None
 
 
@@ -81,6 +89,7 @@ class EventEncoder:
         self._registry = registry
         self._codecs: dict[TableSchema, _TableCodec] = {}
         self._last: tuple[TableSchema, _TableCodec] | None = None
+        self._shapes: dict[str, TableSchema] = {}  # topic -> the last shape registered
 
     def codec(self, table: TableSchema) -> _TableCodec:
         # Changes of one table share one TableSchema object: an identity check avoids hashing
@@ -101,14 +110,45 @@ class EventEncoder:
         assert self._registry is not None
         kschema = key_schema(self.prefix, table)
         vschema = value_schema(self.prefix, table, self.connector)
-        key_id = self._registry.register(f"{topic}-key", kschema)
-        value_id = self._registry.register(f"{topic}-value", vschema)
+        try:
+            key_id = self._registry.register(f"{topic}-key", kschema)
+            value_id = self._registry.register(f"{topic}-value", vschema)
+        except SchemaRegistryError as e:
+            if e.http_status != 409:
+                raise
+            raise SchemaChangeError(
+                f"table {table.qualified_name}: {describe_change(self._shapes.get(topic), table)}"
+                f" is not carried: the schema registry refuses the new schema of {topic} as "
+                f"incompatible ({e}); set that subject's compatibility to NONE to carry it"
+            ) from None
+        self._shapes[topic] = table
         log.info("table %s: key schema %d, value schema %d", table.qualified_name, key_id,
                  value_id)  # fmt: skip
         return _TableCodec(
             topic, table.key, _avro_writer(key_id, kschema), _avro_writer(value_id, vschema),
             row_name=f"{vschema['namespace']}.Value",
         )  # fmt: skip
+
+
+def describe_change(before: TableSchema | None, after: TableSchema) -> str:
+    """A table's change of shape, for one line: ``column 'd' integer → text, …``."""
+    if before is None:
+        return "its new shape (" + ", ".join(
+            f"{c.name} {c.source_type or c.type.value}" for c in after.columns) + ")"
+    old = {c.name: c for c in before.columns}
+    parts = []
+    for c in after.columns:
+        was = old.get(c.name) or next((old[n] for n in reversed(c.renamed_from) if n in old), None)
+        if was is None:
+            parts.append(f"ADD COLUMN {c.name!r} {c.source_type}")
+        elif was.name != c.name:
+            parts.append(f"RENAME COLUMN {was.name!r} TO {c.name!r}")
+        if was is not None and (was.type, was.source_type) != (c.type, c.source_type):
+            parts.append(f"column {c.name!r}: ALTER COLUMN TYPE {was.source_type or was.type.value}"
+                         f" → {c.source_type or c.type.value}")
+    kept = {n for c in after.columns for n in (c.name, *c.renamed_from)}
+    parts += [f"DROP COLUMN {n!r}" for n in old if n not in kept]
+    return ", ".join(parts) or "a change of its schema"
 
 
 def _avro_writer(schema_id: int, schema: dict[str, Any]) -> Callable[[Any], bytes]:
@@ -154,8 +194,8 @@ class ChangePublisher:
 
         def event(op: str, before: Row | None, after: Row | None) -> Event:
             image = after if after is not None else before
-            assert image is not None
-            key = codec.write_key({k: image[k] for k in codec.key_fields})
+            key = None if image is None else codec.write_key(
+                {k: image[k] for k in codec.key_fields})
             row_name = codec.row_name
             value = event_value(
                 change, op=op, prefix=enc.prefix, connector=enc.connector, db=self._db,
@@ -165,6 +205,8 @@ class ChangePublisher:
             )  # fmt: skip
             return Event(codec.topic, key, codec.write_value(value))
 
+        if change.op is Op.TRUNCATE:
+            return [event("t", None, None)]
         if change.op is Op.DELETE:
             deleted = event("d", change.before, None)
             return [deleted, Event(deleted.topic, deleted.key, None)]
@@ -182,17 +224,36 @@ class ChangePublisher:
 
     def publish(self, changes: Sequence[Change]) -> int:
         """Produce the events of ``changes`` in order; return when the broker acknowledged
-        all of them (raising the first delivery error otherwise). Returns the event count."""
+        all of them (raising the first delivery error otherwise). Returns the event count.
+
+        A change whose new table shape the registry refuses raises
+        :class:`~kayak.cdc.errors.SchemaChangeError` once the changes before it are
+        published; its ``published`` attribute is how many were."""
         now_ms = time.time_ns() // 1_000_000
         by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]] = {}
-        futures = []
+        refused: SchemaChangeError | None = None
         count = 0
-        for change in changes:
-            for ev in self.events(change, now_ms):
+        for done, change in enumerate(changes):
+            try:
+                events = self.events(change, now_ms)
+            except SchemaChangeError as e:
+                refused = SchemaChangeError(f"{e}; capture stopped at source position "
+                                            f"{change.position}")  # fmt: skip
+                refused.published = done
+                break
+            for ev in events:
                 values, keys = by_topic.setdefault(ev.topic, ([], []))
                 values.append(ev.value)
                 keys.append(ev.key)
                 count += 1
+        self._send(by_topic)
+        self.events_published += count
+        if refused is not None:
+            raise refused
+        return count
+
+    def _send(self, by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]]) -> None:
+        futures = []
         for topic, (values, keys) in by_topic.items():
             if topic not in self._topics:
                 if self._ensure_topic is not None:
@@ -201,5 +262,3 @@ class ChangePublisher:
             futures.append(self._producer.send_batch(topic, values, keys))
         for future in futures:
             future.result()
-        self.events_published += count
-        return count

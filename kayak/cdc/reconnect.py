@@ -1,47 +1,96 @@
-"""A capture source that survives its database going away for a while.
+"""A capture source that survives its database going away for a while, and which database
+errors are worth a retry.
 
-:class:`ReconnectingSource` wraps a source opened by a factory. When the source fails in a
-way that passes (connection refused, server restart, the backend shut down by an
-administrator, a slot still held by the backend that just died), it closes the source and
-opens a new one, with exponential backoff, until it works again or ``give_up_after_s`` passed.
-The new source resumes from the database's own checkpoint (a PostgreSQL slot's confirmed
-position), so changes handed out but not acknowledged are handed out again; those at or
-before the last change already handed out are dropped here. The capture loop publishes every
-change it reads before it reads again, so nothing is lost and nothing published twice.
+:func:`is_transient` classifies a database error by its driver's class and SQLSTATE (psycopg)
+or result code (sqlite3), never by its message: a lost or refused connection, a server
+restarting or shutting down, an administrator's ``pg_terminate_backend``, a lock or a
+serialization conflict pass; a constraint violation, a type error or a missing object do not.
+Both ends of a pipeline use it (the target side in :mod:`kayak.pipeline.transient`).
+
+:class:`ReconnectingSource` wraps a source opened by a factory. When the source fails
+transiently, it closes the source and opens a new one, with exponential backoff and jitter
+(:class:`~kayak.client.backoff.ExponentialBackoff`), until it works again or
+``give_up_after_s`` passed. The new source resumes from the database's own checkpoint (a
+PostgreSQL slot's confirmed position), so changes handed out but not acknowledged are handed
+out again; those at or before the last change already handed out are dropped here. The
+capture loop publishes every change it reads before it reads again, so nothing is lost and
+nothing published twice.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kayak.cdc.change import Change, TableSchema
 from kayak.cdc.errors import CaptureError
 from kayak.cdc.source import ChangeSource
+from kayak.client.backoff import ExponentialBackoff
 
-__all__ = ["ReconnectingSource", "is_transient"]
+__all__ = ["ReconnectingSource", "causes", "is_transient", "transient_database_error"]
 
 log = logging.getLogger(__name__)
 
+# SQLSTATEs (PostgreSQL appendix A) that a later attempt, on a new connection if need be, may
+# not meet: class 08 connection exception (any code), and these.
+_TRANSIENT_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: pg_terminate_backend, or a fast/smart shutdown
+        "57P02",  # crash_shutdown: another backend crashed, the server restarts
+        "57P03",  # cannot_connect_now: starting up, shutting down, in recovery
+        "57P05",  # idle_session_timeout
+        "53300",  # too_many_connections
+        "40001",  # serialization_failure: the transaction can be redone as is
+        "40P01",  # deadlock_detected: idem
+        "55P03",  # lock_not_available
+        "55006",  # object_in_use: e.g. a replication slot still held by a backend that is exiting
+    }
+)
+# SQLite primary result codes: SQLITE_BUSY ("database is locked") and SQLITE_LOCKED.
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
-def is_transient(error: BaseException) -> bool:
-    """True when ``error`` (or what caused it) is a database connection problem that a new
-    connection may not have: psycopg's ``OperationalError`` family (connection refused or
-    lost, admin shutdown, server starting up or shutting down, object in use by a backend
-    being terminated)."""
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - psycopg is a dependency
-        return False
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what caused it (``raise … from``, or raised while handling), once each."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, psycopg.OperationalError):
-            return True
         seen.add(id(current))
+        yield current
         current = current.__cause__ or current.__context__
+
+
+def transient_database_error(error: BaseException) -> bool | None:
+    """For a database driver's own error: True if transient, False if not; None for any
+    other exception (not a database error, so no verdict here)."""
+    if isinstance(error, sqlite3.Error):
+        code = getattr(error, "sqlite_errorcode", None)
+        # Extended codes (SQLITE_BUSY_SNAPSHOT, …) carry the primary code in the low byte.
+        return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg comes with the postgres extra
+        return None
+    if not isinstance(error, psycopg.Error):
+        return None
+    sqlstate = error.sqlstate
+    if sqlstate is None:
+        # No answer from a server: the connection was refused, lost, or is closed.
+        return isinstance(error, psycopg.OperationalError)
+    return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when ``error``, or the first database error among its causes, is one that passes
+    (see the module docstring); False for anything else, e.g. a constraint violation, or an
+    error with no database error behind it."""
+    for link in causes(error):
+        verdict = transient_database_error(link)
+        if verdict is not None:
+            return verdict
     return False
 
 
@@ -63,16 +112,15 @@ class ReconnectingSource:
     ) -> None:
         self._open = open_source
         self._transient = transient
-        self._first_backoff_s = first_backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._backoff = ExponentialBackoff(first_backoff_s * 1000, max_backoff_s * 1000)
         self._give_up_after_s = give_up_after_s
         self._stopping = stopping or threading.Event()
         self._source: ChangeSource | None = open_source()
         self._last_position: str | None = None
-        # Since when the source keeps failing (None: it works), and the next pause.
+        # Since when the source keeps failing (None: it works), and the failed reopens since.
         self._failing_since: float | None = None
         self._last_error: BaseException | None = None
-        self._backoff_s = first_backoff_s
+        self._attempt = 0
         self.reconnects = 0
 
     def tables(self) -> Sequence[TableSchema]:
@@ -130,7 +178,7 @@ class ReconnectingSource:
             log.warning("capture source reconnected after %.1f s",
                         time.monotonic() - self._failing_since)  # fmt: skip
             self._failing_since = None
-            self._backoff_s = self._first_backoff_s
+            self._attempt = 0
 
     def _current(self) -> ChangeSource:
         while self._source is None:
@@ -141,17 +189,17 @@ class ReconnectingSource:
                     f"capture source unavailable for {waited:.0f} s: "
                     f"{_first_line(self._last_error or CaptureError('unknown'))}"
                 ) from self._last_error
-            if self._stopping.wait(self._backoff_s):
+            pause = min(self._backoff.delay(self._attempt), self._give_up_after_s - waited)
+            self._attempt += 1
+            if self._stopping.wait(pause):
                 raise CaptureError("capture stopped while its source was unavailable")
-            self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
             try:
                 self._source = self._open()
             except Exception as e:
                 if not self._transient(e):
                     raise
                 self._last_error = e
-                log.info("capture source still unavailable (%s); next try in %.1f s",
-                         _first_line(e), self._backoff_s)  # fmt: skip
+                log.info("capture source still unavailable: %s", _first_line(e))
                 continue
             self.reconnects += 1
         return self._source

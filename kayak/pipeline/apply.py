@@ -5,8 +5,10 @@ The driver only plans: per micro-batch it asks Spark to keep the latest change o
 ``mapInArrow``. Each task then, in the Python worker that runs it,
 
 - opens the target by URL (once per worker process: workers are reused between tasks),
-- makes sure each table it writes exists with every column (targets serialise that DDL, as
-  several tasks may meet a new table at once),
+- makes sure each table it writes exists in the shape of the change's schema, evolving it
+  for a schema change (:mod:`~kayak.pipeline.targets.evolve`; targets serialise that DDL,
+  as several tasks may meet a new table at once),
+- applies TRUNCATEs (order-free: see :mod:`~kayak.pipeline.targets.base`),
 - applies each table's changes in one transaction guarded by source position, so a retried
   task or a replayed micro-batch changes nothing,
 - sends undecodable records to the dead-letter topic,
@@ -25,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +37,9 @@ from kayak.errors import KayakError
 from kayak.pipeline.decode import ChangeDecoder, key_from_json, row_from_json
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.session import parent_of
-from kayak.pipeline.targets import AppliedChange, Target, open_target
+from kayak.pipeline.targets import AppliedChange, Target
+from kayak.pipeline.targets.evolve import renamed_table
+from kayak.pipeline.transient import ReconnectingTarget, RetryPolicy
 
 __all__ = [
     "APPLY_STATS_SCHEMA",
@@ -80,52 +84,89 @@ class ApplySettings:
     bootstrap_servers: str
     dead_letter_topic: str
     client_options: tuple[tuple[str, str], ...] = ()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
 
 
 class ChangeApplier:
     """Applies decoded changes (rows of :data:`~kayak.pipeline.decode.DECODED_SCHEMA`, the
-    latest per key) to a target: tables made sure of once per schema id, then one
-    transaction per table guarded by source position."""
+    latest per key, and TRUNCATEs) to a target: each schema's table made sure of (created,
+    or evolved to it: :mod:`~kayak.pipeline.targets.evolve`) once, then one transaction per
+    table guarded by source position."""
 
     def __init__(self, target: Target, decoder: ChangeDecoder) -> None:
         self.target = target
         self.decoder = decoder
-        self._ensured: set[int] = set()
+        # schema id -> (the table as written to the target, source -> target column names)
+        self._written: dict[int, tuple[TableSchema, dict[str, str] | None]] = {}
 
-    def table(self, schema_id: int) -> TableSchema:
-        """The table a schema id describes, created or widened in the target if needed."""
+    def table(self, schema_id: int, position: str = "") -> TableSchema:
+        """The table a schema id describes, created or evolved in the target if needed;
+        ``position`` is the source position of a change written with it."""
+        return self._prepare(schema_id, position)[0]
+
+    def _prepare(
+        self, schema_id: int, position: str, *, again: bool = False
+    ) -> tuple[TableSchema, dict[str, str] | None]:  # fmt: skip
+        known = self._written.get(schema_id)
+        if known is not None and not again:
+            return known
         table = self.decoder.table(schema_id)
-        if schema_id not in self._ensured:
-            connector = str(self.decoder.schema(schema_id).get("connector", ""))
-            try:
-                self.target.ensure_table(table, connector)
-            except KayakError:
-                raise  # already one line naming the table and what is wrong
-            except Exception as exc:
-                raise ApplyError(
-                    f"creating table {table.qualified_name} failed: {one_line(exc)}"
-                ) from exc
-            self._ensured.add(schema_id)
-        return table
+        connector = str(self.decoder.schema(schema_id).get("connector", ""))
+        try:
+            mapping = self.target.ensure_table(table, connector, position)
+            written = table if mapping is None else renamed_table(table, mapping)
+        except KayakError:
+            raise  # already one line naming the table and what is wrong
+        except Exception as exc:
+            raise ApplyError(
+                f"creating table {table.qualified_name} failed: {one_line(exc)}"
+            ) from exc
+        self._written[schema_id] = (written, mapping)
+        return written, mapping
 
     def apply(self, rows: Sequence[dict[str, Any]], latency: LatencyHistogram | None = None) -> int:
         """Apply ``rows`` (none of them undecodable); the number of changes applied."""
         by_schema: dict[int, list[dict[str, Any]]] = {}
+        truncates = []
         for row in rows:
-            by_schema.setdefault(row["schema_id"], []).append(row)
-        applied = 0
+            if row["op"] == "t":
+                truncates.append(row)
+            else:
+                by_schema.setdefault(row["schema_id"], []).append(row)
+        applied = sum(self._truncate(r["schema_id"], r["pos"])
+                      for r in sorted(truncates, key=lambda r: r["pos"]))  # fmt: skip
         for schema_id, group in sorted(by_schema.items()):
-            table = self.table(schema_id)
-            changes = [_applied_change(table, r) for r in group]
-            try:
-                applied += self.target.apply(table, changes)
-            except Exception as exc:
-                raise ApplyError(_describe_failure(table, changes, exc)) from exc
+            position = max(r["pos"] for r in group)
+            cached = schema_id in self._written
+            for again in (False, True):
+                table, mapping = self._prepare(schema_id, position, again=again)
+                changes = [_applied_change(table, mapping, r) for r in group]
+                try:
+                    applied += self.target.apply(table, changes)
+                    break
+                except Exception as exc:
+                    if cached and not again:
+                        # Another task may have evolved the table since this worker made
+                        # sure of it (say, renamed a column): make sure again, retry once.
+                        log.info("apply to %s failed (%s); checking its schema again",
+                                 table.qualified_name, one_line(exc))  # fmt: skip
+                        continue
+                    raise ApplyError(_describe_failure(table, changes, exc)) from exc
             if latency is not None:
                 now_ms = time.time_ns() // 1_000_000
                 # Snapshot rows carry the snapshot's time, not a commit: no latency to report.
                 latency.extend(now_ms - c.ts_ms for c in changes if c.op != "r")
         return applied
+
+    def _truncate(self, schema_id: int, position: str) -> int:
+        table, _ = self._prepare(schema_id, position)
+        try:
+            return int(self.target.truncate(table, position))
+        except Exception as exc:
+            raise ApplyError(
+                f"apply failed on table {table.qualified_name}, TRUNCATE at source position "
+                f"{position}: {one_line(exc)}"
+            ) from exc
 
 
 class _WorkerState:
@@ -134,8 +175,11 @@ class _WorkerState:
 
     def __init__(self, settings: ApplySettings) -> None:
         self.settings = settings
+        # A target that restarts or drops this connection is reconnected to and the
+        # transaction redone (safe: applying is guarded by source position).
         self.applier = ChangeApplier(
-            open_target(settings.target_url), ChangeDecoder(settings.registry_url)
+            ReconnectingTarget(settings.target_url, settings.retry),
+            ChangeDecoder(settings.registry_url),
         )
         self._producer: Any = None
 
@@ -211,10 +255,16 @@ def executor_id() -> str:
     return "unknown"
 
 
-def _applied_change(table: TableSchema, row: dict[str, Any]) -> AppliedChange:
+def _applied_change(
+    table: TableSchema, mapping: dict[str, str] | None, row: dict[str, Any]
+) -> AppliedChange:
+    """A decoded row as a change of ``table`` (the table as written: ``mapping`` renames the
+    source's columns to the target's and leaves out those the target does not have)."""
     key_values = key_from_json(row["key"])
     key: Row = dict(zip(table.key, key_values, strict=True))
     after = row_from_json(row["row"]) if row["row"] is not None else None
+    if after is not None and mapping is not None:
+        after = {mapping[name]: value for name, value in after.items() if name in mapping}
     return AppliedChange(row["op"], key, after, row["pos"], row["ts_ms"])
 
 

@@ -8,6 +8,7 @@ the dead-letter topic.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pyarrow as pa
 from kayak.cdc.change import Row, TableSchema
 from kayak.cdc.envelope import table_schema_from_avro
 from kayak.pipeline.targets.base import key_text
+from kayak.pipeline.transient import RetryPolicy, call_with_retries, is_transient
 from kayak.serde import AvroDeserializer, SchemaRegistryClient
 
 __all__ = ["DECODED_SCHEMA", "decode_batches", "key_from_json", "row_from_json", "row_to_json"]
@@ -94,15 +96,18 @@ class ChangeDecoder:
             table = self._tables[schema_id] = table_schema_from_avro(self.schema(schema_id))
         return table
 
-    def decode(self, value: bytes) -> tuple[str, str, str, int, int, str | None]:
-        """``(key text, op, position, source ts_ms, schema id, after-row JSON or None)``."""
+    def decode(self, value: bytes) -> tuple[str | None, str, str, int, int, str | None]:
+        """``(key text, op, position, source ts_ms, schema id, after-row JSON or None)``; a
+        TRUNCATE (op ``t``) has no key and no row."""
         schema_id, event = self._deserializer.deserialize_with_id(value)
         table = self.table(schema_id)
         op = event["op"]
+        source = event["source"]
+        if op == "t":
+            return None, op, source["pos"], source["ts_ms"], schema_id, None
         image = event["after"] if event["after"] is not None else event["before"]
         if op not in ("c", "u", "d", "r") or image is None:
             raise ValueError(f"not a change event: op={op!r}, no row image")
-        source = event["source"]
         after = event["after"]
         return (
             key_text(table, table.key_of(image)),
@@ -115,6 +120,7 @@ class ChangeDecoder:
 
 
 _decoders: dict[str, ChangeDecoder] = {}
+_REGISTRY_RETRY = RetryPolicy()
 
 
 def decode_batches(batches: Iterator[pa.RecordBatch], registry_url: str) -> Iterator[Any]:
@@ -137,8 +143,16 @@ def decode_batches(batches: Iterator[pa.RecordBatch], registry_url: str) -> Iter
                 continue
             decoded: tuple[Any, ...]
             try:
-                decoded = (*decoder.decode(raw_value), None, None, None)
-            except Exception as e:  # any undecodable record goes to the dead-letter topic
+                # A registry that does not answer (restarting with its broker) is waited for.
+                fields = call_with_retries(
+                    functools.partial(decoder.decode, raw_value), policy=_REGISTRY_RETRY,
+                    what=f"decoding {topic}[{partition}]@{offset}",
+                )  # fmt: skip
+                decoded = (*fields, None, None, None)
+            except Exception as e:
+                if is_transient(e):
+                    raise  # it stayed away: stop, rather than dead-letter a good record
+                # any undecodable record goes to the dead-letter topic
                 error = f"{type(e).__name__}: {e}"
                 decoded = (None, None, None, None, None, None, error, raw_key, raw_value)
             for name, v in zip(

@@ -23,6 +23,7 @@ from typing import Any
 from kayak.pipeline.apply import APPLY_STATS_SCHEMA, ApplySettings, apply_partitions
 from kayak.pipeline.decode import DECODED_SCHEMA, decode_batches
 from kayak.pipeline.latency import LatencyHistogram
+from kayak.pipeline.transient import RetryPolicy
 
 __all__ = ["ReplicationJob", "ReplicationSettings", "ReplicationStats"]
 
@@ -46,6 +47,7 @@ class ReplicationSettings:
     trigger_interval: str | None = None  # e.g. "1 second"; None = next batch at once
     starting_offsets: str = "earliest"
     client_options: dict[str, str] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
 
 
 @dataclass
@@ -81,6 +83,7 @@ class ReplicationJob:
             bootstrap_servers=settings.bootstrap_servers,
             dead_letter_topic=settings.dead_letter_topic,
             client_options=tuple(sorted(settings.client_options.items())),
+            retry=settings.retry,
         )
         self._lock = threading.Lock()
         self.query: Any = None

@@ -8,10 +8,17 @@ table's rows in the source with the target's.
 :meth:`Pipeline.check` is the supervision: it raises :class:`PipelineFailure`, whose message is
 one line naming the table, the change's source position and the cause, once the streaming
 query or the capture thread has died (their full traces are logged).
+
+Failures that pass (a source or target database refusing connections, restarting, its backend
+terminated; SQLite locked) do not stop it: the capture reconnects and resumes at its slot
+(:mod:`kayak.cdc.reconnect`), the apply reconnects and redoes its transaction, and the driver's
+verification retries its reads (:mod:`kayak.pipeline.transient`), each for up to
+``PipelineSpec.retry_timeout_s``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -31,8 +38,14 @@ from kayak.errors import KayakError
 from kayak.pipeline.apply import one_line
 from kayak.pipeline.embedded import EmbeddedBroker
 from kayak.pipeline.job import ReplicationJob, ReplicationSettings
-from kayak.pipeline.targets import Target, open_target
+from kayak.pipeline.targets import Target
 from kayak.pipeline.topics import topic_ensurer
+from kayak.pipeline.transient import (
+    DEFAULT_GIVE_UP_AFTER_S,
+    ReconnectingTarget,
+    RetryPolicy,
+    call_with_retries,
+)
 from kayak.pipeline.verify import Verification, verify_table
 
 __all__ = [
@@ -90,12 +103,13 @@ def sqlite_path(url: str) -> str:
 
 def open_source(
     url: str, tables: Sequence[str], *, slot_name: str = "kayak",
-    stopping: threading.Event | None = None,
+    stopping: threading.Event | None = None, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S,
 ) -> ChangeSource:  # fmt: skip
     """A capture source for ``url``; its tables must have been enabled (``kayak cdc enable``
     or :func:`prepare_source`). A PostgreSQL source uses the replication slot and the
     publication named ``slot_name``, and reconnects (resuming at the slot's confirmed
-    position) when its server goes away for a while; ``stopping`` ends those attempts."""
+    position) when its server goes away, for up to ``give_up_after_s``; ``stopping`` ends
+    those attempts."""
     if source_kind(url) == "sqlite":
         from kayak.cdc.sqlite import SqliteSource
 
@@ -106,6 +120,7 @@ def open_source(
     return ReconnectingSource(
         lambda: PostgresSource(url, tables, slot_name=slot_name, publication=slot_name),
         stopping=stopping,
+        give_up_after_s=give_up_after_s,
     )
 
 
@@ -164,6 +179,13 @@ class PipelineSpec:
     max_offsets_per_trigger: int | None = 50_000
     capture_batch: int = 5_000
     client_options: dict[str, str] = field(default_factory=dict)
+    # How long a transient source or target failure is retried before the pipeline stops.
+    retry_timeout_s: float = DEFAULT_GIVE_UP_AFTER_S
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy of the target side (apply and verification)."""
+        return RetryPolicy(give_up_after_s=self.retry_timeout_s)
 
 
 @dataclass
@@ -288,8 +310,9 @@ class Pipeline:
         if not self.registry_url:
             raise KayakError("a schema registry URL is needed with external bootstrap servers")
         self.source = open_source(
-            spec.source, spec.tables, slot_name=spec.slot_name, stopping=self._stop
-        )
+            spec.source, spec.tables, slot_name=spec.slot_name, stopping=self._stop,
+            give_up_after_s=spec.retry_timeout_s,
+        )  # fmt: skip
         client = {"bootstrap.servers": self.bootstrap_servers, **spec.client_options}
         self._producer = Producer({**client, "acks": "all", "linger.ms": 5})
         admin = self._admin = Admin(client)
@@ -314,7 +337,8 @@ class Pipeline:
 
                 self._spark_factory = local_spark
             self._spark = self._spark_factory()
-        self.target = open_target(spec.target)  # the driver's: for verification
+        # The driver's, for verification: it outlives target restarts as the executors' do.
+        self.target = ReconnectingTarget(spec.target, spec.retry_policy)
         settings = ReplicationSettings(
             bootstrap_servers=self.bootstrap_servers,
             registry_url=self.registry_url,
@@ -324,6 +348,7 @@ class Pipeline:
             max_offsets_per_trigger=spec.max_offsets_per_trigger,
             dead_letter_topic=f"{spec.prefix}.dead-letter",
             client_options=spec.client_options,
+            retry=spec.retry_policy,
         )
         self.job = ReplicationJob(self._spark, settings)
         self.job.start()
@@ -351,13 +376,24 @@ class Pipeline:
             ) from self._capture_error
 
     def check(self) -> None:
-        """Raise :class:`PipelineFailure` if the capture thread or the streaming query has
-        died; its message is one line naming the table, the source position (when the
-        target refused a change) and the cause."""
+        """Raise :class:`PipelineFailure` if the capture thread, the embedded broker or the
+        streaming query has died; its message is one line naming the table, the source
+        position (when the target refused a change) and the cause."""
         self._check_capture()
+        self._check_broker()
         query = self.job.query if self.job is not None else None
         if query is not None and not query.isActive:
             self._query_failed(query.exception())
+
+    def _check_broker(self) -> None:
+        """The embedded broker is a child process on ephemeral ports: if it is gone, the
+        clients would only retry until their timeouts, against ports nothing will listen on
+        again. Stop at once instead."""
+        from kayak.pipeline.session import is_alive
+
+        broker = self.broker
+        if broker is not None and broker.pid is not None and not is_alive(broker.pid):
+            raise PipelineFailure(f"the embedded broker exited; its log is {broker.log_path}")
 
     def _query_failed(self, error: BaseException | None) -> None:
         if error is None:
@@ -394,11 +430,19 @@ class Pipeline:
         """Compare every captured table, as the source database describes it now, source
         against target."""
         assert self.target is not None
-        tables = [current_table_schema(self.spec.source, t) for t in self.spec.tables]
-        return [
-            verify_table(table, read_source_rows(self.spec.source, table), self.target)
-            for table in tables
-        ]
+        source, policy = self.spec.source, self.spec.retry_policy
+        verifications = []
+        for name in self.spec.tables:
+            table = call_with_retries(
+                functools.partial(current_table_schema, source, name),
+                what=f"reading the schema of {name} from the source", policy=policy,
+            )  # fmt: skip
+            rows = call_with_retries(
+                functools.partial(read_source_rows, source, table),
+                what=f"reading {name} from the source", policy=policy,
+            )  # fmt: skip
+            verifications.append(verify_table(table, rows, self.target))
+        return verifications
 
     def close(self) -> None:
         """Stop everything started, in order; a part that fails to stop is logged and the

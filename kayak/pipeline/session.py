@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["local_spark", "parent_of", "process_tree", "stop_spark"]
+__all__ = ["is_alive", "local_spark", "parent_of", "process_tree", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,9 @@ def parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(b")") + 2 :].split()[1])
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (from ``/proc``; a zombie, exited but not reaped by its
+    parent yet, does not)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -197,7 +199,7 @@ def _wait_gone(pids: Iterable[int], timeout_s: float) -> None:
     pending = set(pids)
     deadline = time.monotonic() + timeout_s
     while pending and time.monotonic() < deadline:
-        pending = {pid for pid in pending if _alive(pid)}
+        pending = {pid for pid in pending if is_alive(pid)}
         if pending:
             time.sleep(0.05)
     for pid in pending:

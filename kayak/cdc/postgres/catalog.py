@@ -14,10 +14,12 @@ import psycopg
 
 from kayak.cdc.change import Column, TableSchema
 from kayak.cdc.errors import SourceSetupError
-from kayak.cdc.postgres.types import column_type
+from kayak.cdc.postgres.types import column_type, decode_value
 
 __all__ = [
+    "CatalogColumn",
     "CatalogTable",
+    "catalog_columns",
     "check_replication_ready",
     "format_types",
     "load_table",
@@ -48,6 +50,23 @@ def parse_table_name(name: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class CatalogColumn:
+    """One live column as ``pg_attribute`` describes it now. ``missing`` is the text of the
+    value rows that predate the column hold (``attmissingval``, set by ``ADD COLUMN …
+    DEFAULT`` with a non-volatile default until the table is next rewritten)."""
+
+    attnum: int
+    name: str
+    type_oid: int
+    type_modifier: int
+    source_type: str
+    not_null: bool
+    has_default: bool
+    has_missing: bool
+    missing: str | None  # None with has_missing: an array value, not read
+
+
+@dataclass(frozen=True)
 class CatalogTable:
     """A captured table as the catalog describes it now."""
 
@@ -55,6 +74,24 @@ class CatalogTable:
     schema: TableSchema
     type_oids: tuple[int, ...]  # per column, for reading raw text values
     replica_identity: str  # pg_class.relreplident: 'd', 'f', 'i' or 'n'
+    attnums: tuple[int, ...] = ()  # per column: pg_attribute.attnum, stable across renames
+
+
+def catalog_columns(conn: psycopg.Connection[Any], table_oid: int) -> list[CatalogColumn]:
+    """The table's live, non-generated columns in attnum order (pgoutput's order)."""
+    # attmissingval is a one-element array of the column's type: its text, read back as
+    # text[], gives the element's own output (array columns' missing values stay None).
+    rows = conn.execute(
+        "SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, "
+        "format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef, a.atthasmissing, "
+        "CASE WHEN a.atthasmissing AND t.typcategory <> 'A' "
+        "THEN (a.attmissingval::text::text[])[1] END "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.attgenerated = '' ORDER BY a.attnum",
+        (table_oid,),
+    ).fetchall()
+    return [CatalogColumn(*row) for row in rows]
 
 
 def check_replication_ready(conn: psycopg.Connection[Any]) -> None:
@@ -111,12 +148,7 @@ def load_table(conn: psycopg.Connection[Any], schema: str, name: str) -> Catalog
     if not may_select:
         raise SourceSetupError(f"no SELECT privilege on {qualified} (needed for the snapshot)")
     # pgoutput leaves generated columns out of its tuples, so the schema does too.
-    columns_rows = conn.execute(
-        "SELECT attname, atttypid, format_type(atttypid, atttypmod), attnotnull "
-        "FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
-        "AND attgenerated = '' ORDER BY attnum",
-        (oid,),
-    ).fetchall()
+    catalog = catalog_columns(conn, oid)
     key = primary_key(conn, oid)
     if not key:
         raise SourceSetupError(
@@ -129,15 +161,25 @@ def load_table(conn: psycopg.Connection[Any], schema: str, name: str) -> Catalog
             f"(primary key) and FULL: ALTER TABLE {qualified} REPLICA IDENTITY DEFAULT"
         )
     columns = tuple(
-        Column(attname, column_type(typid), nullable=not notnull, source_type=source_type)
-        for attname, typid, source_type, notnull in columns_rows
-    )
+        Column(c.name, column_type(c.type_oid), nullable=not c.not_null,
+               source_type=c.source_type, default=missing_value(c))
+        for c in catalog
+    )  # fmt: skip
     return CatalogTable(
         oid=oid,
         schema=TableSchema(schema=schema, name=name, columns=columns, key=key),
-        type_oids=tuple(r[1] for r in columns_rows),
+        type_oids=tuple(c.type_oid for c in catalog),
         replica_identity=replica_identity,
+        attnums=tuple(c.attnum for c in catalog),
     )
+
+
+def missing_value(column: CatalogColumn) -> Any:
+    """The value rows that predate the column hold, in its type's representation (None:
+    NULL, or not known from the catalog)."""
+    if column.missing is None:
+        return None
+    return decode_value(column_type(column.type_oid), column.missing)
 
 
 def format_types(

@@ -68,9 +68,11 @@ Unchanged TOAST values
 
 Schema changes and truncation
     A Relation message whose columns differ makes a new :class:`TableSchema` that the
-    following changes carry (new columns, types; nullability and key from the catalog at
-    that time). TRUNCATE is logged as a warning and otherwise ignored (Debezium's ``t``
-    events are out of scope): the target keeps the rows.
+    following changes carry (:mod:`.relations`: added columns with the value existing rows
+    hold, renames told from DROP + ADD by ``attnum``, new types); a change it cannot carry
+    stops capture with :class:`~kayak.cdc.errors.SchemaChangeError` *after* handing out every
+    change before it. A TRUNCATE of a captured table is one ``Op.TRUNCATE`` change per table
+    (Debezium's ``t`` event); the publication must publish ``truncate`` (``enable`` does).
 
 Session settings (time zone UTC, ISO dates, hex bytea: :data:`.types.SESSION_SETTINGS`)
 make values' text the same from the snapshot and the stream.
@@ -82,29 +84,25 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
 
-from kayak.cdc.change import Change, Column, Op, Row, TableSchema, format_position
-from kayak.cdc.errors import CaptureError, SourceSetupError
+from kayak.cdc.change import Change, Op, Row, TableSchema, format_position
+from kayak.cdc.errors import CaptureError, SchemaChangeError, SourceSetupError
 from kayak.cdc.postgres import catalog, pgoutput, slot
 from kayak.cdc.postgres.pgoutput import UNCHANGED_TOAST, TupleValue
-from kayak.cdc.postgres.types import SESSION_SETTINGS, column_type, decode_value
+from kayak.cdc.postgres.relations import RelationTracker, TrackedRelation
+from kayak.cdc.postgres.toast import ToastCache, fetch_current, raw_text_cursor
+from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
 
 __all__ = ["PostgresSource", "format_lsn", "parse_lsn"]
 
 log = logging.getLogger(__name__)
-
-# Values this long may be stored out of line (TOAST starts near 2 kB), so cache them.
-_TOASTABLE_LEN = 1024
-
 
 def format_lsn(lsn: int) -> str:
     """An LSN as PostgreSQL writes it (``16/B374D848``)."""
@@ -117,37 +115,9 @@ def parse_lsn(text: str) -> int:
     return (int(hi, 16) << 32) | int(lo, 16)
 
 
-class _RawTextLoader(Loader):
-    """Leave a result value as the type's text output, as pgoutput sends it."""
-
-    def load(self, data: Buffer) -> str:
-        return bytes(data).decode()
-
-
-def _raw_text_cursor(
-    conn: psycopg.Connection[Any], type_oids: Sequence[int]
-) -> psycopg.Cursor[Any]:
-    """A cursor returning these types' values as text (the connection's other queries keep
-    their usual Python types)."""
-    cursor = conn.cursor()
-    for oid in set(type_oids):
-        cursor.adapters.register_loader(oid, _RawTextLoader)
-    return cursor
-
-
 def _apply_session_settings(conn: psycopg.Connection[Any]) -> None:
     for name, value in SESSION_SETTINGS.items():
         conn.execute("SELECT set_config(%s, %s, false)", (name, value))
-
-
-@dataclass
-class _Relation:
-    """How to read one relation's tuples: its current schema and column type OIDs."""
-
-    oid: int
-    table: TableSchema
-    type_oids: tuple[int, ...]
-    signature: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass
@@ -158,43 +128,6 @@ class _Transaction:
     end_lsn: int
     last_position: str | None  # None: no captured change (nothing to wait for)
     rows: int  # peek rows it took, to size the next peek
-
-
-@dataclass
-class _ToastCache:
-    """Last seen large values per (table, key), bounded by total size, least recent out."""
-
-    max_bytes: int
-    entries: OrderedDict[tuple[str, tuple[Any, ...]], dict[str, Any]] = field(
-        default_factory=OrderedDict)
-    size: int = 0
-
-    @staticmethod
-    def _cost(values: dict[str, Any]) -> int:
-        return sum(len(v) for v in values.values())
-
-    def get(self, key: tuple[str, tuple[Any, ...]]) -> dict[str, Any] | None:
-        values = self.entries.get(key)
-        if values is not None:
-            self.entries.move_to_end(key)
-        return values
-
-    def forget(self, key: tuple[str, tuple[Any, ...]]) -> None:
-        values = self.entries.pop(key, None)
-        if values is not None:
-            self.size -= self._cost(values)
-
-    def remember(self, key: tuple[str, tuple[Any, ...]], row: Row) -> None:
-        large = {c: v for c, v in row.items()
-                 if isinstance(v, str | bytes) and len(v) >= _TOASTABLE_LEN}
-        self.forget(key)
-        if not large or self._cost(large) > self.max_bytes:
-            return
-        self.entries[key] = large
-        self.size += self._cost(large)
-        while self.size > self.max_bytes:
-            _, evicted = self.entries.popitem(last=False)
-            self.size -= self._cost(evicted)
 
 
 class PostgresSource:
@@ -235,7 +168,7 @@ class PostgresSource:
         self._peek_rows = max(1, peek_rows)
         self._poll_interval_s = poll_interval_s
         self._names = [catalog.parse_table_name(t) for t in tables]
-        self._toast = _ToastCache(toast_cache_bytes)
+        self._toast = ToastCache(toast_cache_bytes)
 
         self._conn = slot.connect(dsn)
         self._replication_conn: psycopg.Connection[Any] | None = None
@@ -247,11 +180,11 @@ class PostgresSource:
                 name: catalog.load_table(self._conn, *name) for name in self._names
             }
             catalog.check_publication(self._conn, self._publication, self._names)
-            self._relations: dict[int, _Relation] = {
-                t.oid: _Relation(t.oid, t.schema, t.type_oids) for t in self._tables.values()
-            }
-            self._schemas_by_signature: dict[tuple[Any, ...], TableSchema] = {}
+            self._relations = RelationTracker(self._conn, self._tables)
             self._pending: deque[Change] = deque()
+            # A schema change capture cannot carry: raised once every change before it
+            # has been handed out.
+            self._schema_error: SchemaChangeError | None = None
             self._transactions: deque[_Transaction] = deque()
             self._last_decoded_commit = 0
             self._last_heartbeat = time.monotonic()
@@ -322,7 +255,7 @@ class PostgresSource:
         seq = 0
         for number, name in enumerate(self._names):
             table = self._tables[name]
-            cursor = _raw_text_cursor(conn, table.type_oids)
+            cursor = raw_text_cursor(conn, table.type_oids)
             cursor_name = sql.Identifier(f"kayak_snapshot_{number}")
             columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.schema.columns)
             cursor.execute(
@@ -384,6 +317,8 @@ class PostgresSource:
             if self._pending:
                 count = min(max_changes, len(self._pending))
                 return [self._pending.popleft() for _ in range(count)]
+            if self._schema_error is not None:
+                raise self._schema_error
             self._poll()
             if self._pending:
                 continue
@@ -502,7 +437,15 @@ class PostgresSource:
             elif isinstance(message, pgoutput.Relation):
                 # Always, even in skipped transactions: a session sends a relation's shape
                 # once, before its first change, so the latest one seen is the one in force.
-                self._on_relation(message)
+                try:
+                    self._relations.on_relation(message, lsn)
+                except SchemaChangeError as e:
+                    # Hand out everything before the change (this transaction's earlier
+                    # changes too, without letting the slot move past it), then stop.
+                    log.error("%s", e)
+                    self._pending.extend(tx_changes if not skip else ())
+                    self._schema_error = e
+                    return True
             elif isinstance(message, pgoutput.Commit):
                 if begin is None:
                     raise CaptureError("pgoutput Commit without Begin")
@@ -524,11 +467,9 @@ class PostgresSource:
                 if change is not None:
                     tx_changes.append(change)
             elif isinstance(message, pgoutput.Truncate):
-                names = [self._relations[o].table.qualified_name
-                         for o in message.relation_oids if o in self._relations]
-                if names:
-                    log.warning("TRUNCATE of %s not captured: the target keeps its rows",
-                                ", ".join(names))
+                if begin is None:
+                    raise CaptureError("pgoutput truncate outside a transaction")
+                tx_changes.extend(self._truncates(message, begin, lsn, len(tx_changes)))
             # Origin, Type and Message carry nothing a change needs.
         return found_new
 
@@ -545,42 +486,23 @@ class PostgresSource:
 
     # -- decoding -------------------------------------------------------------------------------
 
-    def _on_relation(self, message: pgoutput.Relation) -> None:
-        current = self._relations.get(message.oid)
-        if current is None and (message.namespace, message.name) not in self._tables:
-            return  # published, but not captured by this source
-        signature = tuple((c.name, c.type_oid, c.type_modifier) for c in message.columns)
-        if current is not None and current.signature == signature:
-            return
-        schema = self._schemas_by_signature.get((message.oid, signature))
-        if schema is None:
-            schema = self._schema_from_relation(message, current)
-            self._schemas_by_signature[(message.oid, signature)] = schema
-        self._relations[message.oid] = _Relation(
-            message.oid, schema, tuple(c.type_oid for c in message.columns), signature)
-
-    def _schema_from_relation(
-        self, message: pgoutput.Relation, current: _Relation | None
-    ) -> TableSchema:
-        source_types = catalog.format_types(
-            self._conn, [(c.type_oid, c.type_modifier) for c in message.columns])
-        not_null = catalog.not_null_columns(self._conn, message.oid)
-        columns = tuple(
-            Column(c.name, column_type(c.type_oid), nullable=c.name not in not_null,
-                   source_type=source_type)
-            for c, source_type in zip(message.columns, source_types, strict=True)
-        )
-        names = {c.name for c in columns}
-        key = catalog.primary_key(self._conn, message.oid)
-        if not key or any(k not in names for k in key):
-            # The key as of now does not fit this older shape: keep the one we had.
-            key = current.table.key if current is not None else ()
-        schema = TableSchema(message.namespace, message.name, columns, key)
-        if current is not None and schema == current.table:
-            return current.table
-        log.info("schema of %s changed: %s", schema.qualified_name,
-                 ", ".join(f"{c.name} {c.source_type}" for c in columns))
-        return schema
+    def _truncates(
+        self, message: pgoutput.Truncate, begin: pgoutput.Begin, lsn: int, seq: int
+    ) -> list[Change]:
+        """One ``Op.TRUNCATE`` change per captured table the message truncates."""
+        changes: list[Change] = []
+        for oid in message.relation_oids:
+            relation = self._relations.get(oid)
+            if relation is None:
+                continue
+            self._toast.forget_table(relation.table.qualified_name)
+            log.info("TRUNCATE of %s at %s", relation.table.qualified_name, format_lsn(lsn))
+            changes.append(Change(
+                op=Op.TRUNCATE, table=relation.table, before=None, after=None,
+                position=format_position(begin.final_lsn, lsn, seq + len(changes)),
+                ts_ms=begin.commit_ts_us // 1000, snapshot="false", tx_id=begin.xid, lsn=lsn,
+            ))  # fmt: skip
+        return changes
 
     def _decode_row(self, table: TableSchema, values: Sequence[Any]) -> Row:
         return {
@@ -661,7 +583,7 @@ class PostgresSource:
 
     def _fill_unchanged(
         self,
-        relation: _Relation,
+        relation: TrackedRelation,
         after: Row,
         unchanged: list[str],
         before: Row | None,
@@ -691,40 +613,6 @@ class PostgresSource:
         after.update(fetched)
         return []
 
-    def _fetch_current(self, relation: _Relation, after: Row, names: list[str]) -> Row | None:
+    def _fetch_current(self, relation: TrackedRelation, after: Row, names: list[str]) -> Row | None:
         """The row's current values of ``names``, looked up by the after image's key."""
-        table = relation.table
-        cursor = _raw_text_cursor(self._conn, relation.type_oids)
-        key_columns = [table.column(k) for k in table.key]
-        where = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s::{}").format(sql.Identifier(c.name), sql.SQL(c.source_type))
-            for c in key_columns
-        )
-        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
-            sql.SQL(", ").join(sql.Identifier(n) for n in names),
-            sql.Identifier(table.schema, table.name), where)
-        params = [_as_text(after[c.name]) for c in key_columns]
-        try:
-            row = cursor.execute(query, params).fetchone()
-        except psycopg.Error as e:
-            raise CaptureError(f"reading unchanged TOAST values of {table.qualified_name}: {e}"
-                               ) from e
-        if row is None:
-            return None
-        return {
-            name: None if value is None else decode_value(table.column(name).type, value)
-            for name, value in zip(names, row, strict=True)
-        }
-
-
-def _as_text(value: Any) -> str | None:
-    """A key value as text PostgreSQL can cast back to the column's type."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, bytes):
-        return "\\x" + value.hex()
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+        return fetch_current(self._conn, relation.table, relation.type_oids, after, names)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
 from kayak.cdc.change import Column, ColumnType, TableSchema
@@ -43,15 +44,14 @@ def read_table_schema(conn: sqlite3.Connection, table: str) -> TableSchema:
         raise CaptureError(f"SQLite table {table!r} does not exist")
     columns = []
     key: list[tuple[int, str]] = []
-    for _cid, name, declared, notnull, _default, pk in rows:
-        columns.append(
-            Column(
-                name=name,
-                type=affinity_type(declared or ""),
-                nullable=not notnull and not pk,
-                source_type=declared or "",
-            )
+    for _cid, name, declared, notnull, default, pk in rows:
+        column = Column(
+            name=name,
+            type=affinity_type(declared or ""),
+            nullable=not notnull and not pk,
+            source_type=declared or "",
         )
+        columns.append(replace(column, default=_default_value(conn, table, column, default)))
         if pk:
             key.append((pk, name))
     if not key:
@@ -59,6 +59,22 @@ def read_table_schema(conn: sqlite3.Connection, table: str) -> TableSchema:
             f"SQLite table {table!r} has no primary key: changes could not be applied by key"
         )
     return TableSchema("main", table, tuple(columns), tuple(name for _, name in sorted(key)))
+
+
+def _default_value(
+    conn: sqlite3.Connection, table: str, column: Column, expression: str | None
+) -> Any:
+    """The value a column's default gives (the value rows that predate an added column hold:
+    ``ADD COLUMN`` only takes constant defaults), or None for no default or one that is not
+    a constant (``CURRENT_TIMESTAMP``, an expression)."""
+    if expression is None or "(" in expression or expression.upper().startswith("CURRENT_"):
+        return None
+    try:
+        # The database's own schema text; a constant (ADD COLUMN allows nothing else).
+        (value,) = conn.execute(f"SELECT {expression}").fetchone()
+        return coerce_value(table, column, value)
+    except (sqlite3.Error, CaptureError):
+        return None
 
 
 def coerce_value(table: str, column: Column, value: Any) -> Any:

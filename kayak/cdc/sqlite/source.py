@@ -7,9 +7,10 @@ import logging
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from kayak.cdc.change import Change, Op, Row, TableSchema, format_position
+from kayak.cdc.change import Change, Column, Op, Row, TableSchema, format_position
 from kayak.cdc.errors import CaptureError
 from kayak.cdc.sqlite.schema import coerce_value, quote_identifier, read_table_schema
 from kayak.cdc.sqlite.triggers import install_triggers, log_table_name
@@ -29,6 +30,20 @@ def _untag(value: Any) -> Any:
         if "$r" in value:
             return float(value["$r"])
     return value
+
+
+def _carry_renames(before: TableSchema, after: TableSchema) -> TableSchema:
+    """``after`` with each renamed column's earlier names. SQLite keeps a column's place on
+    RENAME COLUMN and adds columns at the end, and refuses DROP COLUMN of a column the
+    capture triggers name: a new name in an old place is a rename."""
+    columns = list(after.columns)
+    for i, (old, new) in enumerate(zip(before.columns, after.columns, strict=False)):
+        if old.name == new.name:
+            columns[i] = replace(new, renamed_from=old.renamed_from)
+        elif old.name not in {c.name for c in after.columns}:
+            log.info("table %s: column %s renamed to %s", after.name, old.name, new.name)
+            columns[i] = replace(new, renamed_from=(*old.renamed_from, old.name))
+    return replace(after, columns=tuple(columns))
 
 
 class SqliteSource:
@@ -76,11 +91,13 @@ class SqliteSource:
         for table in self._last_read:
             schema = read_table_schema(self._conn, table)
             known = self._schemas.get(table)
+            if known is not None:
+                schema = _carry_renames(known, schema)
             if known is not None and known.columns != schema.columns:
                 log.info("table %s changed columns; reinstalling its CDC triggers", table)
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    schema = install_triggers(self._conn, table)
+                    install_triggers(self._conn, table)
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")
@@ -119,7 +136,7 @@ class SqliteSource:
                     op=_OPS[op],
                     table=schema,
                     before=self._image(schema, before, change_id),
-                    after=self._image(schema, after, change_id),
+                    after=self._image(schema, after, change_id, current=True),
                     position=format_position(change_id),
                     ts_ms=ts_ms,
                     snapshot="true" if op == "r" else "false",
@@ -131,7 +148,9 @@ class SqliteSource:
             self._last_read[table] = rows[-1][0]
         return changes
 
-    def _image(self, schema: TableSchema, text: str | None, change_id: int) -> Row | None:
+    def _image(
+        self, schema: TableSchema, text: str | None, change_id: int, *, current: bool = False
+    ) -> Row | None:  # fmt: skip
         if text is None:
             return None
         try:
@@ -140,10 +159,33 @@ class SqliteSource:
             raise CaptureError(
                 f"change {change_id} of {schema.name}: unreadable image in the log: {e}"
             ) from None
-        # A column added after this change was logged is absent: it had its default then.
-        return {
-            c.name: coerce_value(schema.name, c, _untag(raw.get(c.name))) for c in schema.columns
-        }
+        # A renamed column is under an earlier name, and an added one absent, in images
+        # logged before the triggers were renewed for the new columns.
+        row: Row = {}
+        absent = []
+        for c in schema.columns:
+            name = next((n for n in (c.name, *reversed(c.renamed_from)) if n in raw), None)
+            if name is None:
+                absent.append(c)
+            row[c.name] = c.default if name is None else coerce_value(
+                schema.name, c, _untag(raw[name]))
+        if absent and current:
+            # The value it was written with is not logged: take the row's current one (a
+            # later change of the row, which carries its own value, follows in the log; a
+            # row deleted since keeps the default until its delete is applied).
+            row.update(self._current_values(schema, row, absent))
+        return row
+
+    def _current_values(self, schema: TableSchema, row: Row, columns: list[Column]) -> Row:
+        where = " AND ".join(f"{quote_identifier(k)} = ?" for k in schema.key)
+        found = self._conn.execute(
+            f"SELECT {', '.join(quote_identifier(c.name) for c in columns)} FROM "
+            f"{quote_identifier(schema.name)} WHERE {where}", [row[k] for k in schema.key],
+        ).fetchone()  # fmt: skip
+        if found is None:
+            return {}
+        return {c.name: coerce_value(schema.name, c, v)
+                for c, v in zip(columns, found, strict=True)}  # fmt: skip
 
     def acknowledge(self, last: Change) -> None:
         if last.change_id is None:

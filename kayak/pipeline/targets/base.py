@@ -6,6 +6,15 @@ tables, one table ``kayak_apply_positions`` with the source position last applie
 is applied only if its position is greater than the stored one, in the same transaction that
 writes the row, so a replayed micro-batch changes nothing.
 
+A TRUNCATE at position P is kept as the table's *floor* (the row with the empty key in
+``kayak_apply_positions``): it deletes every row whose last applied change is at or before P
+and no change at or before P is applied afterwards, while rows changed after P stay. That
+holds whatever order the truncate and the table's other changes are applied in (they may sit
+in different partitions and tasks), and a replayed truncate changes nothing.
+
+Schema versions: see :mod:`~kayak.pipeline.targets.evolve` (``kayak_table_versions`` holds
+each table's current shape position and the renames made).
+
 A target is chosen by URL in :mod:`~kayak.pipeline.targets.factory` (``open_target``), which
 imports the concrete targets; this module imports none of them.
 """
@@ -18,10 +27,24 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kayak.cdc.change import Row, TableSchema
+from kayak.pipeline.targets.evolve import Rename
 
-__all__ = ["POSITIONS_TABLE", "AppliedChange", "Target", "key_text"]
+__all__ = [
+    "FLOOR_KEY",
+    "POSITIONS_TABLE",
+    "VERSIONS_TABLE",
+    "AppliedChange",
+    "Target",
+    "key_from_text",
+    "key_text",
+    "renames_from_json",
+    "renames_to_json",
+]
 
 POSITIONS_TABLE = "kayak_apply_positions"
+VERSIONS_TABLE = "kayak_table_versions"
+# The key of a table's truncate floor in POSITIONS_TABLE (key texts are JSON arrays).
+FLOOR_KEY = ""
 
 
 @dataclass(frozen=True)
@@ -53,12 +76,23 @@ def key_text(table: TableSchema, key: Row) -> str:
 class Target(Protocol):
     """A database replicated tables are written to."""
 
-    def ensure_table(self, table: TableSchema, connector: str) -> None:
+    def ensure_table(
+        self, table: TableSchema, connector: str, position: str = ""
+    ) -> dict[str, str] | None:
         """Create the table if missing (with the source's declared types when ``connector``,
-        the source's kind, is this target's kind); add columns the source gained; fail
-        clearly if it cannot hold the rows. Declared types are parsed and re-rendered from a
-        fixed table, never pasted (:mod:`~kayak.pipeline.targets.types`); a type refused there
-        raises :class:`~kayak.pipeline.targets.types.TargetSchemaError` before any DDL runs."""
+        the source's kind, is this target's kind), or evolve it to this schema
+        (:mod:`~kayak.pipeline.targets.evolve`); fail clearly if it cannot hold the rows.
+        ``position`` is a source position of a change written with this schema: a schema
+        older than the table's current shape changes nothing, and the answer maps its column
+        names to the target's (None: written as they are). Declared types are parsed and
+        re-rendered from a fixed table, never pasted (:mod:`~kayak.pipeline.targets.types`);
+        a type refused there raises
+        :class:`~kayak.pipeline.targets.types.TargetSchemaError` before any DDL runs."""
+        ...
+
+    def truncate(self, table: TableSchema, position: str) -> bool:
+        """Apply a TRUNCATE at ``position`` (see the module doc); False if it was applied
+        before."""
         ...
 
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
@@ -79,15 +113,37 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 
 
 def newer(
-    changes: Sequence[AppliedChange], table: TableSchema, applied: dict[str, str]
-) -> list[tuple[str, AppliedChange]]:
-    """The changes whose position is greater than the one applied to their key."""
+    changes: Sequence[AppliedChange], table: TableSchema, applied: dict[str, str],
+    floor: str = "",
+) -> list[tuple[str, AppliedChange]]:  # fmt: skip
+    """The changes whose position is greater than the one applied to their key and than
+    the table's last truncate (``floor``)."""
     out = []
     for change in changes:
         text = key_text(table, change.key)
-        if change.position > applied.get(text, ""):
+        if change.position > max(applied.get(text, ""), floor):
             out.append((text, change))
     return out
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and "$b" in obj:
+        return bytes.fromhex(obj["$b"])
+    return obj
+
+
+def key_from_text(text: str) -> list[Any]:
+    """A key's values back from :func:`key_text`."""
+    values: list[Any] = json.loads(text, object_hook=_untag)
+    return values
+
+
+def renames_to_json(renames: Sequence[Rename]) -> str:
+    return json.dumps([[r.old, r.new, r.position] for r in renames])
+
+
+def renames_from_json(text: str | None) -> list[Rename]:
+    return [Rename(*entry) for entry in json.loads(text or "[]")]
 
 
 def statement_rows(

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import sqlite3
 from collections.abc import Sequence
 
 from kayak.cdc.change import Column, ColumnType, Row, TableSchema
-from kayak.cdc.sqlite.schema import coerce_value, quote_identifier, read_table_schema
+from kayak.cdc.sqlite.schema import (
+    affinity_type,
+    coerce_value,
+    quote_identifier,
+    read_table_schema,
+)
 from kayak.pipeline.targets.base import (
+    FLOOR_KEY,
     POSITIONS_TABLE,
+    VERSIONS_TABLE,
     AppliedChange,
     chunks,
+    key_from_text,
     key_text,
     newer,
+    renames_from_json,
+    renames_to_json,
     statement_rows,
 )
-from kayak.pipeline.targets.types import sqlite_column_type
+from kayak.pipeline.targets.evolve import ExistingColumn, Rename, older_mapping, plan
+from kayak.pipeline.targets.types import TargetSchemaError, sqlite_column_type
 
 __all__ = ["SqliteTarget", "declared_type"]
+
+log = logging.getLogger(__name__)
 
 _DECLARED = {
     ColumnType.BOOLEAN: "BOOLEAN",
@@ -40,6 +56,32 @@ def declared_type(table: TableSchema, column: Column, connector: str) -> str:
     return _DECLARED[column.type]
 
 
+def _same_affinity(current: str, wanted: str) -> bool:
+    """SQLite keeps any value in any column; only the affinity, which converts values on the
+    way in, must not change (lengths and precisions are not enforced)."""
+    return affinity_type(current) is affinity_type(wanted)
+
+
+def _default_sql(table: TableSchema, column: Column) -> str | None:
+    """A column's default (the value rows that predate it hold) as a SQLite literal."""
+    value = column.default
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    raise TargetSchemaError(
+        f"table {table.qualified_name!r} column {column.name!r}: default {value!r:.40} is not "
+        "created in a SQLite target")
+
+
 class SqliteTarget:
     """A SQLite database as a replication target (see ``targets.base`` for the guarantees)."""
 
@@ -53,24 +95,39 @@ class SqliteTarget:
             f"CREATE TABLE IF NOT EXISTS {POSITIONS_TABLE} (table_name TEXT NOT NULL, "
             "key TEXT NOT NULL, pos TEXT NOT NULL, PRIMARY KEY (table_name, key))"
         )
+        self._conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} (table_name TEXT PRIMARY KEY, "
+            "pos TEXT NOT NULL, renames TEXT NOT NULL, types TEXT NOT NULL)"
+        )
         self._upserts: dict[TableSchema, str] = {}
 
-    def ensure_table(self, table: TableSchema, connector: str) -> None:
+    def ensure_table(
+        self, table: TableSchema, connector: str, position: str = ""
+    ) -> dict[str, str] | None:
         # Every type is decided before any DDL runs: a refused column creates nothing.
         types = {c.name: declared_type(table, c, connector) for c in table.columns}
+        defaults = {c.name: _default_sql(table, c) for c in table.columns}
         # Several executors may meet a new table (or column) at once: the write lock makes
         # the check and the DDL one step.
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._ensure_table(table, types)
+            mapping = self._ensure_table(table, types, defaults, position)
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
-        self._upserts.pop(table, None)
+        self._upserts.clear()
+        return mapping
 
-    def _ensure_table(self, table: TableSchema, types: dict[str, str]) -> None:
+    def _ensure_table(
+        self, table: TableSchema, types: dict[str, str], defaults: dict[str, str | None],
+        position: str,
+    ) -> dict[str, str] | None:  # fmt: skip
         name = quote_identifier(table.name)
+        self._conn.execute(
+            f"INSERT INTO {POSITIONS_TABLE} VALUES (?, ?, '') ON CONFLICT DO NOTHING",
+            (table.qualified_name, FLOOR_KEY),
+        )
         exists = self._conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table.name,)
         ).fetchone()
@@ -82,20 +139,72 @@ class SqliteTarget:
             ]
             key = ", ".join(quote_identifier(k) for k in table.key)
             self._conn.execute(f"CREATE TABLE {name} ({', '.join(columns)}, PRIMARY KEY ({key}))")
-            return
+            self._store_version(table, position, [], types)
+            return None
         existing = read_table_schema(self._conn, table.name)
-        if existing.key != table.key:
+        stored = self._conn.execute(
+            f"SELECT pos, renames, types FROM {VERSIONS_TABLE} WHERE table_name = ?",
+            (table.qualified_name,),
+        ).fetchone()
+        stored_position, renames, previous = (
+            stored[0], renames_from_json(stored[1]), json.loads(stored[2])) if stored \
+            else ("", [], None)  # fmt: skip
+        have = [ExistingColumn(c.name, c.source_type, not c.nullable and c.name not in
+                               existing.key) for c in existing.columns]  # fmt: skip
+        if position and position < stored_position:
+            return older_mapping(table, {c.name for c in have}, renames, position)
+        evolution = plan(table, have, types, _same_affinity, previous)
+        renamed = dict(evolution.renames)
+        if tuple(renamed.get(k, k) for k in existing.key) != table.key:
             raise ValueError(
                 f"target table {table.name!r} has primary key {existing.key}, the source "
                 f"{table.key}: changes could not be applied by key"
             )
-        have = {c.name for c in existing.columns}
-        for column in table.columns:
-            if column.name not in have:
-                self._conn.execute(
-                    f"ALTER TABLE {name} ADD COLUMN {quote_identifier(column.name)} "
-                    f"{types[column.name]}"
-                )
+        for column in evolution.retypes:
+            raise TargetSchemaError(
+                f"table {table.qualified_name!r} column {column.name!r}: ALTER COLUMN TYPE "
+                f"{types[column.name]} is not carried to a SQLite target (SQLite cannot "
+                "change a column's type affinity in place)")
+        for old, new in evolution.renames:
+            log.info("target %s: RENAME COLUMN %s TO %s", table.qualified_name, old, new)
+            self._conn.execute(f"ALTER TABLE {name} RENAME COLUMN {quote_identifier(old)} TO "
+                               f"{quote_identifier(new)}")  # fmt: skip
+        for column in evolution.adds:
+            default = defaults[column.name]
+            clause = ""
+            if default is not None:
+                clause = f" DEFAULT {default}" + (
+                    "" if column.nullable or column.name in table.key else " NOT NULL")
+            log.info("target %s: ADD COLUMN %s %s%s", table.qualified_name, column.name,
+                     types[column.name], clause)  # fmt: skip
+            self._conn.execute(
+                f"ALTER TABLE {name} ADD COLUMN {quote_identifier(column.name)} "
+                f"{types[column.name]}{clause}"
+            )
+        wanted = {c.name for c in table.columns}
+        for column_name in evolution.drop_not_null:
+            if column_name in wanted:
+                raise TargetSchemaError(
+                    f"table {table.qualified_name!r} column {column_name!r}: DROP NOT NULL is "
+                    "not carried to a SQLite target (SQLite cannot drop NOT NULL in place)")
+            # Gone from the source and NOT NULL here: every new row would be refused, and
+            # SQLite cannot drop the constraint in place, only the column.
+            log.info("target %s: DROP COLUMN %s (NOT NULL, gone from the source)",
+                     table.qualified_name, column_name)  # fmt: skip
+            self._conn.execute(f"ALTER TABLE {name} DROP COLUMN {quote_identifier(column_name)}")
+        renames += [Rename(old, new, position) for old, new in evolution.renames]
+        self._store_version(table, max(position, stored_position), renames, types)
+        return None
+
+    def _store_version(
+        self, table: TableSchema, position: str, renames: list[Rename], types: dict[str, str]
+    ) -> None:  # fmt: skip
+        self._conn.execute(
+            f"INSERT INTO {VERSIONS_TABLE} (table_name, pos, renames, types) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (table_name) DO UPDATE SET pos = excluded.pos, "
+            "renames = excluded.renames, types = excluded.types",
+            (table.qualified_name, position, renames_to_json(renames), json.dumps(types)),
+        )
 
     def _upsert_sql(self, table: TableSchema) -> str:
         sql = self._upserts.get(table)
@@ -120,7 +229,11 @@ class SqliteTarget:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            todo = newer(changes, table, self._applied(table, changes))
+            floor = conn.execute(
+                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = ? AND key = ?",
+                (table.qualified_name, FLOOR_KEY),
+            ).fetchone()
+            todo = newer(changes, table, self._applied(table, changes), floor[0] if floor else "")
             deletes, upserts = statement_rows(table, todo)
             if deletes:
                 where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
@@ -139,6 +252,42 @@ class SqliteTarget:
             conn.execute("ROLLBACK")
             raise
         return len(todo)
+
+    def truncate(self, table: TableSchema, position: str) -> bool:
+        conn = self._conn
+        name = quote_identifier(table.name)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            floor = conn.execute(
+                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = ? AND key = ?",
+                (table.qualified_name, FLOOR_KEY),
+            ).fetchone()
+            if floor is not None and position <= floor[0]:
+                conn.execute("ROLLBACK")
+                return False
+            # Rows changed after the truncate (applied first) stay; everything else goes.
+            later = [key_from_text(k) for (k,) in conn.execute(
+                f"SELECT key FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? "
+                "AND pos > ?", (table.qualified_name, FLOOR_KEY, position))]  # fmt: skip
+            where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
+            keep = [row for key in later
+                    for (row,) in conn.execute(f"SELECT rowid FROM {name} WHERE {where}", key)]
+            conn.execute(f"DELETE FROM {name} WHERE rowid NOT IN (SELECT value FROM json_each(?))",
+                         (json.dumps(keep),))  # fmt: skip
+            conn.execute(
+                f"DELETE FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? AND pos <= ?",
+                (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
+            conn.execute(
+                f"INSERT INTO {POSITIONS_TABLE} VALUES (?, ?, ?) "
+                "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
+                (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("target %s truncated at source position %s (%d later rows kept)",
+                 table.qualified_name, position, len(keep))  # fmt: skip
+        return True
 
     def _applied(self, table: TableSchema, changes: Sequence[AppliedChange]) -> dict[str, str]:
         texts = [key_text(table, c.key) for c in changes]
