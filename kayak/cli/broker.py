@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import signal
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import click
 from kayak.broker.log import FlushMode
 from kayak.broker.security.listeners import Listener, SecurityProtocol, parse_listeners
 from kayak.broker.security.principal import Principal
-from kayak.errors import ConfigError
+from kayak.errors import ConfigError, KayakError
 
 log = logging.getLogger("kayak.broker")
 T = TypeVar("T")
@@ -330,6 +331,16 @@ def broker(
         run_event_loop(_serve(server))
     except OSError as exc:
         raise click.ClickException(f"cannot start the broker: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        # The broker's state files are JSON (the cluster map, topics.json, first of all).
+        raise click.ClickException(
+            f"cannot start the broker: a state file in {data_dir} is damaged (not JSON: "
+            f"{exc}); the cluster map is {Path(data_dir) / 'topics.json'}"
+        ) from None
+    except KayakError as exc:
+        raise click.ClickException(
+            f"cannot start the broker: {' '.join(str(exc).split())}"
+        ) from None
 
 
 def _check_listener_options(listeners: tuple[Listener, ...]) -> None:

@@ -10,7 +10,7 @@ import threading
 import click
 from rich.console import Console
 
-from kayak.cli.options import bootstrap_option, parse_properties
+from kayak.cli.options import bootstrap_option, bootstrap_servers, parse_properties
 from kayak.errors import KayakError
 
 log = logging.getLogger("kayak.cdc")
@@ -56,7 +56,7 @@ def enable(source: str, tables: tuple[str, ...], slot: str) -> None:
             enable_postgres(source, list(tables), publication=slot, slot=slot)
             console.print(f"capturing {', '.join(tables)}")
     except (KayakError, OSError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(" ".join(str(e).split())) from None  # one line
 
 
 @cdc.command()
@@ -81,7 +81,7 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
             disable_postgres(source, publication=slot, slot=slot)
             Console().print(f"dropped slot and publication {slot}")
     except (KayakError, OSError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(" ".join(str(e).split())) from None  # one line
 
 
 @cdc.command()
@@ -97,10 +97,11 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
 @click.option("-X", "properties", multiple=True, metavar="PROP=VALUE",
               help="Producer property (Kafka name), repeatable.")  # fmt: skip
 def run(
-    source: str, tables: tuple[str, ...], bootstrap: str, registry_url: str, prefix: str,
+    source: str, tables: tuple[str, ...], registry_url: str, prefix: str,
     value_format: str, slot: str, properties: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE into topics PREFIX.SCHEMA.TABLE until Ctrl-C."""
+    bootstrap = bootstrap_servers()
     from kayak.cdc.capture import CaptureLoop
     from kayak.cdc.publisher import ChangePublisher, EventEncoder
     from kayak.client.sync import Admin, Producer
@@ -129,4 +130,4 @@ def run(
                 loop.run(stop)
             console.print(f"captured {loop.stats.changes} changes ({loop.stats.events} events)")
     except (KayakError, OSError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(" ".join(str(e).split())) from None  # one line

@@ -9,7 +9,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kayak.cli.topics import ClusterTarget, cluster_options, console, run_admin
+from kayak.cli.admin_common import (
+    ClusterTarget,
+    cluster_options,
+    console,
+    run_admin,
+    share_bootstrap,
+)
 from kayak.client.admin import (
     Admin,
     GroupDescription,
@@ -28,13 +34,13 @@ DEAD = "Dead"  # DescribeGroups' state for a group that does not exist
 @click.pass_context
 def groups(
     ctx: click.Context,
-    bootstrap_server: str,
     timeout: float,
     properties: tuple[str, ...],
     command_config: Path | None,
 ) -> None:
-    """List and describe consumer groups: members, assignments, committed offsets, lag."""
-    ctx.obj = ClusterTarget.from_options(bootstrap_server, timeout, properties, command_config)
+    """List, describe and delete consumer groups (members, assignments, committed offsets,
+    lag), and reset their offsets."""
+    ctx.obj = ClusterTarget.from_options(timeout, properties, command_config)
 
 
 @groups.command("list")
@@ -182,3 +188,13 @@ async def group_report(admin: Admin, group: GroupDescription) -> GroupReport:
         for tp in partitions
     ]
     return GroupReport(group, rows)
+
+
+def _register_reset_offsets() -> None:
+    from kayak.cli.groups_reset import reset_offsets
+
+    groups.add_command(reset_offsets)
+
+
+_register_reset_offsets()
+share_bootstrap(groups)

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kayak.broker.catalog import TopicCatalog
+from kayak.broker.catalog import CATALOG_FILE, TopicCatalog
 from kayak.broker.log import LogConfig
 from kayak.errors import KayakError
 
@@ -68,7 +68,22 @@ def move(topic: str, partition: int, target: int, timeout: float, data_dir: Path
     )
 
 
+_MARKERS = (CATALOG_FILE, "meta.properties")  # what a broker writes to its data directory
+
+
 def _catalog(data_dir: Path) -> TopicCatalog:
-    catalog = TopicCatalog(data_dir, LogConfig(), node_id=-1)
-    catalog.reload()
+    """The data directory's cluster map; a one-line error (nothing created) if the directory
+    holds no kayak data or the map cannot be read."""
+    if not any((data_dir / name).exists() for name in _MARKERS):
+        raise click.ClickException(
+            f"{data_dir} holds no kayak data (no {CATALOG_FILE} or meta.properties): give the "
+            "broker's --data-dir"
+        )
+    try:
+        catalog = TopicCatalog(data_dir, LogConfig(), node_id=-1)
+        catalog.reload()
+    except (KayakError, OSError, ValueError) as exc:
+        raise click.ClickException(
+            f"cannot read the cluster map in {data_dir}: {' '.join(str(exc).split())}"
+        ) from None
     return catalog

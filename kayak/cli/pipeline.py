@@ -69,10 +69,13 @@ def pipeline() -> None:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("-X", "properties", multiple=True, metavar="PROP=VALUE",
               help="Client property (Kafka name) for capture and Spark.")  # fmt: skip
+@click.option("--retry-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              metavar="SECONDS", help="How long a source or target that went away (refused "
+              "connections, restarted) is retried before the pipeline stops.")  # fmt: skip
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
     registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
-    properties: tuple[str, ...],
+    properties: tuple[str, ...], retry_timeout: float,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
@@ -86,7 +89,7 @@ def run(
     spec = PipelineSpec(
         source=source, tables=list(tables), target=target, work_dir=work_dir,
         bootstrap_servers=bootstrap, registry_url=registry_url, prefix=prefix, slot_name=slot,
-        client_options=parse_properties(properties),
+        client_options=parse_properties(properties), retry_timeout_s=retry_timeout,
     )  # fmt: skip
     log_path = work_dir / "pipeline.log"
     console = Console()
@@ -148,7 +151,11 @@ def _run(
         raise click.ClickException(f"{e} (details in {log_path})") from None
     except (KayakError, OSError, ValueError) as e:
         log.error("pipeline stopped: %s", e, exc_info=e)
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(" ".join(str(e).split())) from None
+    except ModuleNotFoundError as e:  # an optional dependency (psycopg, pyspark) missing
+        from kayak.cli.main import missing_extra_message
+
+        raise click.ClickException(missing_extra_message(e) or one_line(e)) from None
     except Exception as e:  # a bug or Spark's own failure: one line here, the trace logged
         log.error("pipeline failed", exc_info=e)
         raise click.ClickException(f"{one_line(e)} (details in {log_path})") from None

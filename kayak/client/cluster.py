@@ -1,6 +1,9 @@
 """What a client knows of the cluster: brokers, topics, partition leaders, and connections.
 
-Bootstrap tries each configured address in turn until one answers. Metadata is cached and
+Bootstrap tries each configured address in turn until one answers. With
+``allow.auto.create.topics`` (producers and consumers, on by default as in Kafka's Java
+clients) Metadata requests ask the broker to create the topics they name; the admin client
+never does. Metadata is cached and
 refreshed when it is older than ``metadata.max.age.ms``, when a caller reports stale
 leadership (NOT_LEADER_OR_FOLLOWER and friends), or when a topic it needs is missing. There is
 one connection per broker, shared by the producer's, consumer's and admin's requests to it,
@@ -85,6 +88,8 @@ class ClusterMetadata:
     cluster_id: str | None = None
     controller_id: int = -1
     fetched_at: float = 0.0
+    topic_errors: dict[str, int] = field(default_factory=dict)
+    """Topics the last Metadata answer refused, with the error code (missing ones left out)."""
 
 
 class Cluster:
@@ -94,6 +99,8 @@ class Cluster:
         self.config = config
         self.security = ConnectionSecurity.from_config(config.security)
         self.metadata = ClusterMetadata()
+        # Only producer and consumer configurations have the property; the admin's never asks.
+        self.allow_auto_create_topics = bool(getattr(config, "allow_auto_create_topics", False))
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (attempts, last failure)
@@ -134,7 +141,9 @@ class Cluster:
         version = connection.version_for(MetadataRequest, METADATA_MAX_VERSION)
         if wanted is not None and not wanted and version == 0:
             wanted = [MetadataRequestTopic(name="__kayak_none__")]  # v0: empty list means all
-        request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
+        request = MetadataRequest(
+            topics=wanted, allow_auto_topic_creation=self.allow_auto_create_topics
+        )
         response: MetadataResponse = await connection.request(request, version)
         snapshot = ClusterMetadata(
             brokers={
@@ -153,6 +162,7 @@ class Cluster:
             if t.error_code:
                 snapshot.topics.pop(t.name, None)
                 if t.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    snapshot.topic_errors[t.name] = t.error_code
                     log.debug("metadata for %s: error %d", t.name, t.error_code)
                 continue
             snapshot.topics[t.name] = TopicInfo(t.name, t.topic_id, partitions, t.is_internal)
@@ -186,6 +196,7 @@ class Cluster:
             found = snapshot.topics.get(name)
             if found is not None:
                 return found
+            _raise_if_refused(snapshot, name)
             if time.monotonic() >= deadline:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             await asyncio.sleep(
@@ -297,6 +308,17 @@ def _retrieve_exception(task: asyncio.Task[object]) -> None:
     # a "Task exception was never retrieved" warning.
     if not task.cancelled():
         task.exception()
+
+
+def _raise_if_refused(snapshot: ClusterMetadata, name: str) -> None:
+    """Raise at once when the broker refused ``name`` for good (an invalid name, no
+    permission): waiting for it to appear would only run out the timeout."""
+    code = snapshot.topic_errors.get(name)
+    if code is None:
+        return
+    error = error_for_code(code)(f"topic {name!r}: {error_for_code(code).default_message}")
+    if not error.retriable:
+        raise error
 
 
 def _partition_info(topic: str, p: MetadataResponsePartition) -> PartitionInfo:

@@ -41,5 +41,9 @@ __all__ = [
 
 
 def register(spark: SparkSession) -> None:
-    """Register the data source with ``spark`` under the short name ``kayak``."""
+    """Register the data source with ``spark`` under the short name ``kayak``; from then on
+    ``save()`` in Spark's default mode appends, as with Spark's Kafka sink."""
+    from kayak.spark.writer import accept_default_save_mode
+
     spark.dataSource.register(KayakDataSource)
+    accept_default_save_mode()

@@ -20,7 +20,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kayak.spark.options import parse_read_options, parse_write_options
+from kayak.spark.options import KayakSparkError, parse_read_options, parse_write_options
 
 __all__ = ["KayakDataSource", "kafka_schema"]
 
@@ -79,6 +79,12 @@ class KayakDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from kayak.spark.writer import KayakWriter, check_write_schema
 
+        if overwrite:
+            # Spark's Kafka sink refuses Overwrite too: records cannot be taken back.
+            raise KayakSparkError(
+                'format("kayak") writes append records to topics: save mode "overwrite" is '
+                'not supported (use "append")'
+            )
         options = parse_write_options(self.options)
         check_write_schema(schema, options)
         return KayakWriter(options)

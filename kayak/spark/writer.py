@@ -10,13 +10,21 @@ Each task produces its rows with kayak's producer (``acks=all``, idempotent, unl
 of an Arrow batch), waits for every acknowledgement, and only then returns its commit
 message: a task that returns has its rows in Kafka. A failed send fails the task. As with
 Spark's Kafka sink, a retried task or micro-batch may write its rows again (at least once).
+
+Spark's Kafka sink takes ``save()`` in the default mode (ErrorIfExists) and appends, but Spark
+refuses that mode for every Python data source. :func:`accept_default_save_mode` (called when
+the source is registered) makes ``format("kayak")`` writes in the default mode append, so
+jobs written for ``format("kafka")`` run unchanged. A topic that does not exist is created by
+the broker on first use (the producer's ``allow.auto.create.topics``, on by default), as with
+Spark's sink against a broker that auto-creates topics.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +53,7 @@ __all__ = [
     "KayakCommitMessage",
     "KayakStreamWriter",
     "KayakWriter",
+    "accept_default_save_mode",
     "check_write_schema",
     "write_batches",
 ]
@@ -264,3 +273,63 @@ def _total(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
             for topic, count in message.records.items():
                 total[topic] = total.get(topic, 0) + count
     return total
+
+
+# -- save() in the default mode -----------------------------------------------------------
+
+SOURCE_NAME = "kayak"
+_APPENDING_MODES = frozenset({"error", "errorifexists", "default"})
+_PATCHED = "_kayak_accepts_default_mode"
+
+
+def accept_default_save_mode() -> None:
+    """Make ``df.write.format("kayak").save()`` append in Spark's default save mode.
+
+    Spark's own Kafka sink is a V1 source: it treats the default ErrorIfExists like Append
+    (there is nothing that could "exist" in a stream of records). Spark refuses every mode
+    but Append and Overwrite for Python data sources, so this turns the default (or an
+    explicit ``error``/``errorifexists``) into ``append`` on the driver, for the ``kayak``
+    format only, before the write reaches the JVM. Other formats, and explicit modes, are
+    untouched. Safe to call more than once; classic PySpark (not Spark Connect)."""
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    # Classic PySpark only: importing Spark Connect's writer without its gRPC extras ends the
+    # process (pyspark.sql.connect calls sys.exit when it thinks it runs doctests).
+    if not getattr(DataFrameWriter, _PATCHED, False):
+        _patch_writer(DataFrameWriter)
+
+
+def _patch_writer(cls: type[Any]) -> None:
+    original_format: Callable[..., Any] = cls.format
+    original_mode: Callable[..., Any] = cls.mode
+    original_save: Callable[..., Any] = cls.save
+
+    @functools.wraps(original_format)
+    def format(self: Any, source: str) -> Any:
+        self._kayak_source = source
+        return original_format(self, source)
+
+    @functools.wraps(original_mode)
+    def mode(self: Any, saveMode: str | None) -> Any:
+        if saveMode is not None:
+            self._kayak_mode = saveMode
+        return original_mode(self, saveMode)
+
+    @functools.wraps(original_save)
+    def save(self: Any, path: str | None = None, format: str | None = None,
+             mode: str | None = None, partitionBy: Any = None, **options: Any) -> Any:
+        source = format if format is not None else getattr(self, "_kayak_source", None)
+        chosen = mode if mode is not None else getattr(self, "_kayak_mode", None)
+        if _appends_by_default(source, chosen):
+            mode = "append"
+        return original_save(self, path, format, mode, partitionBy, **options)
+
+    cls.format, cls.mode, cls.save = format, mode, save
+    setattr(cls, _PATCHED, True)
+
+
+def _appends_by_default(source: str | None, mode: str | None) -> bool:
+    """Whether a write to ``source`` in ``mode`` (None: Spark's default) should append."""
+    if source is None or source.strip().lower() != SOURCE_NAME:
+        return False
+    return mode is None or mode.strip().lower() in _APPENDING_MODES

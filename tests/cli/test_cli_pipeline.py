@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kayak.pipeline.workload import create_orders, run_workload
+from kayak.pipeline.workload import create_orders
 
 
 def kayak(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -17,23 +17,8 @@ def kayak(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
-def test_cdc_enable_then_pipeline_run_once_on_the_embedded_broker(tmp_path: Path) -> None:
-    source = tmp_path / "shop.db"
-    create_orders(str(source), 300)
-    enabled = kayak("cdc", "enable", str(source), "orders", cwd=tmp_path)
-    assert enabled.returncode == 0, enabled.stderr
-    assert "capturing orders (snapshot: 300 rows)" in enabled.stdout
-    run_workload(str(source), 1_000)
-    expected = sqlite3.connect(source).execute("SELECT count(*) FROM orders").fetchone()[0]
-    result = kayak(
-        "pipeline", "run", "--source", f"sqlite:{source}", "--table", "orders",
-        "--target", f"sqlite:{tmp_path / 'copy.db'}", "--work-dir", str(tmp_path / "work"),
-        "--once", cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == f"verified: {expected} rows, source == target"
-    copy = sqlite3.connect(tmp_path / "copy.db")
-    assert copy.execute("SELECT count(*) FROM orders").fetchone() == (expected,)
+# `kayak cdc enable` then `kayak pipeline run --once` on the embedded broker, as README shows
+# it, is run by tests/test_readme_examples.py.
 
 
 def test_demo_ends_with_the_verification_line(tmp_path: Path) -> None:

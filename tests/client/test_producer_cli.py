@@ -78,6 +78,10 @@ def test_an_unreachable_broker_or_missing_topic_fails_within_the_timeout(
     result = invoke(["-b", f"127.0.0.1:{_free_port()}", "topic", "--timeout", "0.5"], b"x\n")
     assert result.exit_code == 1
     assert result.stderr.strip().count("\n") == 0 and "bootstrap" in result.stderr
-    missing = invoke(["-b", shared_broker.bootstrap_servers, "nope", "--timeout", "0.5"], b"x\n")
+    missing = invoke(
+        ["-b", shared_broker.bootstrap_servers, "nope", "--timeout", "0.5",
+         "-X", "allow.auto.create.topics=false"],
+        b"x\n",
+    )  # fmt: skip
     assert missing.exit_code == 1
     assert "'nope'" in missing.stderr

@@ -95,7 +95,7 @@ def test_record_errors_unknown_topics_and_bad_arguments(broker: Stoppable) -> No
 
     async def main() -> None:
         async with Producer(
-            {"bootstrap.servers": broker.bootstrap_servers},
+            {"bootstrap.servers": broker.bootstrap_servers, "allow.auto.create.topics": False},
             max_block_ms=700,
             max_request_size=10_000,
         ) as producer:

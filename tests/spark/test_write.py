@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kayak.client.sync import Admin
 from tests.spark.conftest import create_topic, produce, read_options
 
@@ -45,6 +47,19 @@ def test_topic_column_and_binary_value(
     df.write.format("kayak").option("kafka.bootstrap.servers", bootstrap).mode("append").save()
     assert sorted(bytes(r.value) for r in _read(spark, bootstrap, a)) == [b"x", b"z"]
     assert [bytes(r.value) for r in _read(spark, bootstrap, b)] == [b"y"]
+
+
+def test_save_in_the_default_mode_appends_to_a_new_topic_and_overwrite_is_refused(
+    spark: Any, bootstrap: str, topic_name: str
+) -> None:
+    # As with Spark's Kafka sink: save() without a mode appends; the topic is created on use.
+    df = spark.createDataFrame([("k", "v")], "key string, value string")
+    writer = df.write.format("kayak").option("kafka.bootstrap.servers", bootstrap)
+    writer.option("topic", topic_name).save()
+    assert [bytes(r.value) for r in _read(spark, bootstrap, topic_name)] == [b"v"]
+    with pytest.raises(Exception, match='save mode "overwrite" is not supported'):
+        writer.option("topic", topic_name).mode("overwrite").save()
+    assert len(_read(spark, bootstrap, topic_name)) == 1
 
 
 def test_stream_write_round_trip(

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
-from kayak.client.admin import _configs, _groups, _offsets, _topics
+from kayak.client.admin import _commit, _configs, _groups, _offsets, _topics
 from kayak.client.admin._core import AdminCore, settle
 from kayak.client.admin.models import (
     ClusterDescription,
@@ -262,6 +262,28 @@ class Admin:
         wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
         committed = await _groups.group_offsets(core, group_id, wanted, core.deadline(timeout_ms))
         return dict(sorted(settle(committed, errors).items()))
+
+    async def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        *,
+        timeout_ms: int | None = None,
+        errors: dict[TopicPartition, KayakError] | None = None,
+    ) -> list[TopicPartition]:
+        """Commit ``offsets`` for a group from outside it (Kafka's
+        ``alterConsumerGroupOffsets``); returns the partitions committed. The coordinator
+        refuses while the group has active members (UNKNOWN_MEMBER_ID): stop them first."""
+        wanted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, value in offsets.items():
+            committed = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            _check_int(committed.offset, 0, f"{tp}: the offset to commit")
+            wanted[TopicPartition(*tp)] = committed
+        core = await self._ready()
+        outcome = await _commit.alter_group_offsets(
+            core, group_id, wanted, core.deadline(timeout_ms)
+        )
+        return list(settle(outcome, errors))
 
     async def group_lag(
         self, group_id: str, *, timeout_ms: int | None = None

@@ -192,6 +192,13 @@ _DEFAULT_API_TIMEOUT = _int(
     "default.api.timeout.ms", 60_000, "Timeout of client calls that are not given one."
 )
 
+_ALLOW_AUTO_CREATE_TOPICS = _bool(
+    "allow.auto.create.topics",
+    True,
+    "Ask the broker to create a missing topic (with its defaults) when its metadata is "
+    "requested, as Kafka's Java clients do; the broker's auto.create.topics.enable decides.",
+)
+
 _PRODUCER_PROPERTIES = (
     ConfigProperty(
         "acks",
@@ -248,6 +255,7 @@ _PRODUCER_PROPERTIES = (
         nullable=True,
         parser=parse_non_empty_str,
     ),
+    _ALLOW_AUTO_CREATE_TOPICS,
 )
 
 _CONSUMER_PROPERTIES = (
@@ -327,6 +335,7 @@ _CONSUMER_PROPERTIES = (
         minimum=1,
         kayak_extension=True,
     ),
+    _ALLOW_AUTO_CREATE_TOPICS,
 )
 
 COMMON: Mapping[str, ConfigProperty] = _table(*_COMMON_PROPERTIES)

@@ -234,6 +234,7 @@ class ProducerConfig(ClientConfig):
     enable_idempotence: bool
     partitioner: PartitionerSpec
     transactional_id: str | None
+    allow_auto_create_topics: bool
 
     def make_partitioner(self) -> Partitioner:
         """A partitioner built from the ``partitioner`` setting (new state for a name)."""
@@ -338,6 +339,7 @@ class ConsumerConfig(ClientConfig):
     default_api_timeout_ms: int
     fetch_pipeline_depth: int
     prefetch_max_bytes: int
+    allow_auto_create_topics: bool
 
     @classmethod
     def _reconcile(cls, values: dict[str, Any], explicit: frozenset[str]) -> None:

@@ -281,6 +281,15 @@ class Consumer:
         """The high watermarks (with ``read_committed``: the last stable offsets)."""
         return await self._list_offsets(partitions, LATEST)
 
+    async def offsets_for_time(
+        self, partitions: Iterable[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        """Per partition, the earliest offset whose record has a timestamp at or after
+        ``timestamp_ms`` (ms since the epoch); -1 where no record is that recent."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ValueError(f"a timestamp is a non-negative int of ms, not {timestamp_ms!r}")
+        return await self._list_offsets(partitions, timestamp_ms)
+
     async def _list_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int
     ) -> dict[TopicPartition, int]:
@@ -557,6 +566,11 @@ class Consumer:
         cluster, _ = self._require_started()
         info = await cluster.topic(topic, timeout)
         return set(info.partitions)
+
+    def partition_leader(self, partition: TopicPartition) -> int:
+        """The node id leading ``partition`` as last known from metadata (-1 if unknown)."""
+        cluster, _ = self._require_started()
+        return cluster.leader(partition[0], partition[1])
 
     @property
     def fetch_stats(self) -> FetchStats:
