@@ -115,8 +115,24 @@ class Cluster:
     # -- bootstrap and metadata -----------------------------------------------------------
 
     async def bootstrap(self) -> None:
-        """Reach any bootstrap server and load metadata, within ``request.timeout.ms``."""
-        await self.refresh_metadata()
+        """Reach any bootstrap server and load metadata, within ``request.timeout.ms``.
+
+        A connection lost in the middle of that first Metadata request (a broker restarting
+        as the client starts) is retried with backoff like a refused one, not raised."""
+        deadline = time.monotonic() + self._request_timeout
+        attempt = 0
+        while True:
+            try:
+                await self.refresh_metadata()
+                return
+            except (KafkaError, KafkaTimeoutError) as exc:
+                if not exc.retriable or self._closed or time.monotonic() >= deadline:
+                    raise
+                log.debug("bootstrap metadata failed (%s); retrying", exc)
+            await asyncio.sleep(
+                min(self._backoff.delay(attempt), max(deadline - time.monotonic(), 0))
+            )
+            attempt += 1
 
     def add_topics(self, topics: Iterable[str]) -> None:
         """Topics whose metadata every refresh should include."""
