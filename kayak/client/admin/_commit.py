@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kayak.client.admin._core import COORDINATOR_RETRY, AdminCore, Outcome, Target, item_error
-from kayak.client.admin._routes import coordinators
+from kayak.client.admin._core import AdminCore, item_error
+from kayak.client.admin._routes import at_coordinator
 from kayak.client.backoff import Deadline
 from kayak.client.connection import BrokerConnection
 from kayak.client.types import OffsetAndMetadata, TopicPartition
@@ -31,26 +31,10 @@ async def alter_group_offsets(
 ) -> Results:
     """Commit ``offsets`` for ``group``; per partition None (done) or its error."""
 
-    async def route(items: list[str]) -> dict[str, Target | KayakError]:
-        return await coordinators(core, items, deadline)
+    async def send(connection: BrokerConnection, deadline: Deadline) -> Results:
+        return await _send_commit(core, connection, group, offsets, deadline)
 
-    async def send_group(
-        connection: BrokerConnection, items: list[str], deadline: Deadline
-    ) -> dict[str, Results]:
-        return {group: await _send_commit(core, connection, group, offsets, deadline)}
-
-    outcome: Outcome[str, Results] = await core.run(
-        [group],
-        route=route,
-        send=send_group,
-        retry=COORDINATOR_RETRY,
-        deadline=deadline,
-        what="commit offsets",
-    )
-    result = outcome[group]
-    if isinstance(result, KayakError):
-        raise result
-    return result
+    return await at_coordinator(core, group, send, deadline, "commit offsets")
 
 
 async def _send_commit(

@@ -17,7 +17,7 @@ from kayak.client.admin._core import (
     Target,
     item_error,
 )
-from kayak.client.admin._routes import coordinators
+from kayak.client.admin._routes import at_coordinator, coordinators
 from kayak.client.admin.models import GroupDescription, GroupListing, MemberDescription
 from kayak.client.backoff import Deadline
 from kayak.client.connection import BrokerConnection
@@ -228,26 +228,7 @@ async def group_offsets(
     async def send(connection: BrokerConnection, deadline: Deadline) -> Committed:
         return await _send_offset_fetch(core, connection, group, partitions, deadline)
 
-    async def route(items: list[str]) -> dict[str, Target | KayakError]:
-        return await coordinators(core, items, deadline)
-
-    async def send_group(
-        connection: BrokerConnection, items: list[str], deadline: Deadline
-    ) -> dict[str, Committed]:
-        return {group: await send(connection, deadline)}
-
-    outcome: Outcome[str, Committed] = await core.run(
-        [group],
-        route=route,
-        send=send_group,
-        retry=COORDINATOR_RETRY,
-        deadline=deadline,
-        what="fetch committed offsets",
-    )
-    result = outcome[group]
-    if isinstance(result, KayakError):
-        raise result
-    return result
+    return await at_coordinator(core, group, send, deadline, "fetch committed offsets")
 
 
 async def _send_offset_fetch(

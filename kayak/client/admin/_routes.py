@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from kayak.client.admin._core import ANY, AdminCore, Target, item_error
+from kayak.client.admin._core import (
+    ANY,
+    COORDINATOR_RETRY,
+    AdminCore,
+    Outcome,
+    Target,
+    item_error,
+)
 from kayak.client.backoff import Deadline
 from kayak.client.connection import BrokerConnection
 from kayak.client.types import TopicPartition
@@ -96,6 +105,37 @@ async def coordinators(
                 core.coordinators[group] = node
         routes.update(found)
     return routes
+
+
+V = TypeVar("V")
+
+
+async def at_coordinator(
+    core: AdminCore,
+    group: str,
+    send: Callable[[BrokerConnection, Deadline], Awaitable[V]],
+    deadline: Deadline,
+    what: str,
+) -> V:
+    """``send`` to ``group``'s coordinator, found (and found again after a move) by
+    FindCoordinator, retried like every coordinator request; its error is raised."""
+
+    async def route(items: list[str]) -> dict[str, Target | KayakError]:
+        return await coordinators(core, items, deadline)
+
+    async def send_group(
+        connection: BrokerConnection, items: list[str], deadline: Deadline
+    ) -> dict[str, V]:
+        return {group: await send(connection, deadline)}
+
+    outcome: Outcome[str, V] = await core.run(
+        [group], route=route, send=send_group, retry=COORDINATOR_RETRY, deadline=deadline,
+        what=what,
+    )  # fmt: skip
+    result = outcome[group]
+    if isinstance(result, KayakError):
+        raise result
+    return result
 
 
 async def _find_coordinators(
