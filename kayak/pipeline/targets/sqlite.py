@@ -229,11 +229,8 @@ class SqliteTarget:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            floor = conn.execute(
-                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = ? AND key = ?",
-                (table.qualified_name, FLOOR_KEY),
-            ).fetchone()
-            todo = newer(changes, table, self._applied(table, changes), floor[0] if floor else "")
+            floor = self._floor(table)
+            todo = newer(changes, table, self._applied(table, changes), floor or "")
             deletes, upserts = statement_rows(table, todo)
             if deletes:
                 where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
@@ -253,16 +250,21 @@ class SqliteTarget:
             raise
         return len(todo)
 
+    def _floor(self, table: TableSchema) -> str | None:
+        """The position of the table's last TRUNCATE (its floor row), if it has one."""
+        row = self._conn.execute(
+            f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = ? AND key = ?",
+            (table.qualified_name, FLOOR_KEY),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def truncate(self, table: TableSchema, position: str) -> bool:
         conn = self._conn
         name = quote_identifier(table.name)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            floor = conn.execute(
-                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = ? AND key = ?",
-                (table.qualified_name, FLOOR_KEY),
-            ).fetchone()
-            if floor is not None and position <= floor[0]:
+            floor = self._floor(table)
+            if floor is not None and position <= floor:
                 conn.execute("ROLLBACK")
                 return False
             # Rows changed after the truncate (applied first) stay; everything else goes.
