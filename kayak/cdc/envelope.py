@@ -115,7 +115,9 @@ def _default_from_json(kind: ColumnType, value: Any, name: str) -> Any:
     return value
 
 
-def _check_field_names(table: TableSchema) -> None:
+def check_field_names(table: TableSchema) -> None:
+    """Refuse a table whose column names cannot be Avro field names (``cdc enable`` calls this
+    first, so such a table is refused before anything is installed)."""
     for column in table.columns:
         if _NOT_NAME.search(column.name) or column.name[:1].isdigit():
             raise ValueError(
@@ -126,7 +128,7 @@ def _check_field_names(table: TableSchema) -> None:
 
 def key_schema(prefix: str, table: TableSchema) -> dict[str, Any]:
     """The Avro schema of a table's event keys: its primary-key columns."""
-    _check_field_names(table)
+    check_field_names(table)
     return {
         "type": "record",
         "name": "Key",
@@ -138,7 +140,7 @@ def key_schema(prefix: str, table: TableSchema) -> dict[str, Any]:
 
 def value_schema(prefix: str, table: TableSchema, connector: str) -> dict[str, Any]:
     """The Avro schema of a table's event values: Debezium's envelope around its rows."""
-    _check_field_names(table)
+    check_field_names(table)
     row = {
         "type": "record",
         "name": "Value",

@@ -126,6 +126,12 @@ def test_clear_errors(tmp_path: Path, db: str) -> None:
         enable(db, "missing")
     with pytest.raises(CaptureError, match="kayak cdc enable"):
         SqliteSource(db, ["items"])
+    conn.execute('CREATE TABLE dotted (id INTEGER PRIMARY KEY, "x.y" TEXT, x_y TEXT)')
+    conn.commit()
+    with pytest.raises(CaptureError, match=r"column 'x\.y' of main\.dotted is not a valid"):
+        enable(db, "dotted")  # refused before anything is installed
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE '%kayak%'"
+                        ).fetchone() == (0,)  # fmt: skip
     enable(db, "typed")
     with conn:
         conn.execute("INSERT INTO typed VALUES (1, 'not a number')")

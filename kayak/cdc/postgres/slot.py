@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from kayak.cdc.envelope import check_field_names
 from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.postgres import catalog
 
@@ -87,7 +88,10 @@ def enable(
     with connect(dsn) as conn:
         catalog.check_replication_ready(conn)
         for schema, name in names:
-            catalog.load_table(conn, schema, name)
+            try:
+                check_field_names(catalog.load_table(conn, schema, name).schema)
+            except ValueError as e:  # refused before the publication exists
+                raise SourceSetupError(str(e)) from None
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
         ).fetchone()

@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 
 from kayak.cdc.change import TableSchema
+from kayak.cdc.envelope import check_field_names
 from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.sqlite.schema import quote_identifier, read_table_schema
 
@@ -93,6 +94,11 @@ def enable(path: str, table: str) -> int:
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                 (log_table_name(table),),
             ).fetchone()
+            captured = read_table_schema(conn, table)
+            try:
+                check_field_names(captured)
+            except ValueError as e:
+                raise SourceSetupError(str(e)) from None
             schema = install_triggers(conn, table)
             snapshot = 0
             if not exists:

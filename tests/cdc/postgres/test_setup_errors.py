@@ -47,6 +47,10 @@ def test_table_problems_are_clear(db: psycopg.Connection[Any], postgres_dsn: str
         enable(postgres_dsn, ["missing"])
     with pytest.raises(SourceSetupError, match="slot name"):
         enable(postgres_dsn, ["nothing"], slot="Bad-Name")
+    # "x.y" would become x_y (and collide with a real x_y) if it were mangled: refused.
+    db.execute('CREATE TABLE dotted (id int PRIMARY KEY, "x.y" int, x_y int)')
+    with pytest.raises(SourceSetupError, match=r"column 'x\.y' of public\.dotted is not a valid"):
+        enable(postgres_dsn, ["dotted"])
     assert db.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
 
 
