@@ -6,6 +6,7 @@ Every function takes an open psycopg connection and raises
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,14 +40,30 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
+_IDENTIFIER = r'"(?:[^"]|"")+"|[^."]+'
+_TABLE_NAME = re.compile(rf"(?:({_IDENTIFIER})\.)?({_IDENTIFIER})")
+
+
 def parse_table_name(name: str) -> tuple[str, str]:
-    """``"schema.table"`` or ``"table"`` (schema ``public``) → ``(schema, table)``."""
-    schema, dot, table = name.partition(".")
-    if not dot:
-        schema, table = "public", name
-    if not schema or not table or "." in table:
-        raise SourceSetupError(f"bad table name {name!r}: expected 'table' or 'schema.table'")
-    return schema, table
+    """``"schema.table"`` or ``"table"`` (schema ``public``) → ``(schema, table)``.
+
+    Either part may be quoted as in SQL (``public."Order Items"``, ``"My Schema"."T"``,
+    ``""`` inside quotes for a quote); an unquoted part is taken exactly as written.
+    """
+    found = _TABLE_NAME.fullmatch(name.strip())
+    if found is None:
+        raise SourceSetupError(
+            f"bad table name {name!r}: expected 'table' or 'schema.table' (parts may be "
+            'quoted: public."Order Items")'
+        )
+    schema, table = found.group(1), found.group(2)
+    return _unquote(schema) if schema else "public", _unquote(table)
+
+
+def _unquote(identifier: str) -> str:
+    if identifier.startswith('"'):
+        return identifier[1:-1].replace('""', '"')
+    return identifier
 
 
 @dataclass(frozen=True)

@@ -109,3 +109,17 @@ def test_dropped_slot_is_a_clear_error(
     db.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
     with pytest.raises(CaptureError, match=f"replication slot '{slot_name}'"):
         source.read(10, 0)
+
+
+def test_quoted_table_names_are_accepted(db: psycopg.Connection[Any], postgres_dsn: str) -> None:
+    db.execute('CREATE TABLE "Orders" (id int PRIMARY KEY)')
+    db.execute('CREATE SCHEMA "Shop"')
+    db.execute('CREATE TABLE "Shop"."Line""Items" (id int PRIMARY KEY)')
+    enable(postgres_dsn, ['public."Orders"', '"Shop"."Line""Items"'], publication="quoted")
+    published = db.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = 'quoted' "
+        "ORDER BY 1, 2").fetchall()  # fmt: skip
+    assert published == [("Shop", 'Line"Items'), ("public", "Orders")]
+    with pytest.raises(SourceSetupError, match="parts may be quoted"):
+        enable(postgres_dsn, ['"Shop".Line"Items'], publication="quoted")
+    disable(postgres_dsn, publication="quoted", slot=None)
