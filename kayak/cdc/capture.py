@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kayak.cdc.change import Change, Op
 from kayak.cdc.errors import SchemaChangeError
 from kayak.cdc.publisher import ChangePublisher
 from kayak.cdc.source import ChangeSource
@@ -30,6 +31,12 @@ class CaptureStats:
     events: int = 0
     batches: int = 0
     started: float = field(default_factory=time.monotonic)
+    # The last batch: its changes, how long publishing and acknowledging it took, and how far its
+    # oldest change was behind the source when the broker acknowledged it (source commit →
+    # acknowledgement; None for a batch of snapshot rows only, which have no commit time).
+    last_batch_changes: int = 0
+    last_batch_s: float = 0.0
+    last_batch_behind_ms: float | None = None
 
 
 class CaptureLoop:
@@ -50,6 +57,7 @@ class CaptureLoop:
         changes = self.source.read(self.max_batch, self.poll_timeout_s)
         if not changes:
             return 0
+        started = time.monotonic()
         try:
             events = self.publisher.publish(changes)
         except SchemaChangeError as e:
@@ -58,11 +66,21 @@ class CaptureLoop:
                 self.source.acknowledge(changes[e.published - 1])
             raise
         self.source.acknowledge(changes[-1])
-        self.stats.changes += len(changes)
-        self.stats.events += events
-        self.stats.batches += 1
+        self._count(changes, events, time.monotonic() - started)
         log.debug("captured %d changes (%d events)", len(changes), events)
         return len(changes)
+
+    def _count(self, changes: list[Change], events: int, took_s: float) -> None:
+        stats = self.stats
+        stats.changes += len(changes)
+        stats.events += events
+        stats.batches += 1
+        stats.last_batch_changes = len(changes)
+        stats.last_batch_s = took_s
+        committed = [c.ts_ms for c in changes if c.op is not Op.READ]
+        stats.last_batch_behind_ms = (
+            max(0.0, time.time() * 1000 - min(committed)) if committed else None
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Capture until ``stop`` is set, then close the source."""

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from kayak.cli.options import bootstrap_option, bootstrap_servers, parse_properties
+from kayak.cli.status_line import STATUS_INTERVAL_OPTION, StatusLine, capture_progress
 from kayak.errors import KayakError
 
 log = logging.getLogger("kayak.cdc")
@@ -96,11 +97,22 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
 @SLOT_OPTION
 @click.option("-X", "properties", multiple=True, metavar="PROP=VALUE",
               help="Producer property (Kafka name), repeatable.")  # fmt: skip
+@STATUS_INTERVAL_OPTION
 def run(
     source: str, tables: tuple[str, ...], registry_url: str, prefix: str,
-    value_format: str, slot: str, properties: tuple[str, ...],
+    value_format: str, slot: str, properties: tuple[str, ...], status_interval: float,
 ) -> None:  # fmt: skip
-    """Capture TABLES of SOURCE into topics PREFIX.SCHEMA.TABLE until Ctrl-C."""
+    """Capture TABLES of SOURCE into topics PREFIX.SCHEMA.TABLE until Ctrl-C or SIGTERM.
+
+    \b
+    While it runs, a terminal shows one status line; off a terminal it is logged
+    to stderr every --status-interval seconds:
+      captured    changes published and acknowledged by the broker
+      last batch  its changes, how long publishing it took, and how far its
+                  oldest change was behind the source (its commit → the
+                  broker's acknowledgement; without changes, this clock
+                  stands still)
+    """
     bootstrap = bootstrap_servers()
     from kayak.cdc.capture import CaptureLoop
     from kayak.cdc.publisher import ChangePublisher, EventEncoder
@@ -126,7 +138,9 @@ def run(
             )
             loop = CaptureLoop(change_source, publisher)
             console.print(f"capturing {', '.join(tables)} from {source} into {bootstrap}")
-            with contextlib.suppress(KeyboardInterrupt):
+            status = StatusLine(console, lambda: capture_progress(loop.stats),
+                                label="capturing", interval_s=status_interval)  # fmt: skip
+            with status, contextlib.suppress(KeyboardInterrupt):
                 loop.run(stop)
             console.print(f"captured {loop.stats.changes} changes ({loop.stats.events} events)")
     except (KayakError, OSError, ValueError) as e:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import resource
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kayak.cli.options import parse_properties
+from kayak.cli.status_line import STATUS_INTERVAL_OPTION, Progress, StatusLine, pipeline_progress
 from kayak.errors import KayakError
 
 if TYPE_CHECKING:
-    from kayak.pipeline.runner import PipelineSpec, SourceSetup
+    from kayak.pipeline.runner import Pipeline, PipelineSpec, SourceSetup
 
 log = logging.getLogger("kayak.pipeline")
 
@@ -34,6 +37,12 @@ def report(console: Console, verifications: list[object]) -> int:
     for v in verifications:
         assert isinstance(v, Verification)
         total += v.rows
+        if v.not_compared:
+            console.print(
+                f"{v.table}: generated column(s) {', '.join(v.not_compared)} are not captured "
+                "(the source computes them) and were not compared", markup=False,
+                soft_wrap=True,
+            )  # fmt: skip
         if not v.equal:
             failed = True
             console.print(f"[red]{v.table}: source and target differ[/red]")
@@ -72,16 +81,32 @@ def pipeline() -> None:
 @click.option("--retry-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
               metavar="SECONDS", help="How long a source or target that went away (refused "
               "connections, restarted) is retried before the pipeline stops.")  # fmt: skip
+@STATUS_INTERVAL_OPTION
+@click.option("--spark-ui", is_flag=True,
+              help="Turn Spark's web UI on (off by default) and print its address.")  # fmt: skip
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
     registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
-    properties: tuple[str, ...], retry_timeout: float,
+    properties: tuple[str, ...], retry_timeout: float, status_interval: float, spark_ui: bool,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
     Spark and exit: 0 when equal, 1 when they differ or a part of the pipeline failed (one
     line; the full trace is in WORK_DIR/pipeline.log). A second Ctrl-C or SIGTERM stops at
-    once, without verifying (exit 130 or 143)."""
+    once, without verifying (exit 130 or 143).
+
+    \b
+    While it runs, a terminal shows one status line; it is also logged to
+    pipeline.log (and to stderr off a terminal) every --status-interval seconds:
+      captured    changes read from the source, acknowledged by the broker
+      applied     rows written to the target (fewer than changes read when a
+                  batch held several changes of a key: only the latest)
+      backlog     changes captured in this run, not yet read by Spark
+                  (approximate: a primary-key update is two events)
+      last batch  its changes, Spark's time for it, and the longest delay in
+                  it from a change's commit in the source to its commit in
+                  the target (without changes, this clock stands still)
+    """
     from kayak.pipeline.runner import PipelineSpec
 
     if bootstrap is not None and registry_url is None:
@@ -93,17 +118,29 @@ def run(
     )  # fmt: skip
     log_path = work_dir / "pipeline.log"
     console = Console()
+    options = _RunOptions(master=master, once=once, status_interval_s=status_interval,
+                          spark_ui=spark_ui)  # fmt: skip
     with _logging_to(log_path), _StopSignals() as stops:
         try:
-            _run(console, spec, master, once, stops, log_path)
+            _run(console, spec, options, stops, log_path)
         except _Interrupted as e:
             log.warning("stopped by a second %s, without catching up", e.name)
             console.print(f"stopped by a second {e.name}: not caught up, not verified")
             raise SystemExit(128 + e.signum) from None
 
 
+@dataclass(frozen=True)
+class _RunOptions:
+    """How ``pipeline run`` runs (beyond the :class:`PipelineSpec`)."""
+
+    master: str
+    once: bool
+    status_interval_s: float
+    spark_ui: bool
+
+
 def _run(
-    console: Console, spec: PipelineSpec, master: str, once: bool, stops: _StopSignals,
+    console: Console, spec: PipelineSpec, options: _RunOptions, stops: _StopSignals,
     log_path: Path,
 ) -> None:  # fmt: skip
     from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line, prepare_source
@@ -116,7 +153,7 @@ def _run(
 
     def start_spark() -> Any:
         with console.status("starting Spark"):
-            sessions.append(local_spark(master, output=log_path))
+            sessions.append(local_spark(options.master, output=log_path, ui=options.spark_ui))
         return sessions[-1]
 
     try:
@@ -129,11 +166,16 @@ def _run(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
                 f"{running.bootstrap_servers} → {spec.target}"
             )
-            while not once and not stops.requested.wait(1.0):
-                running.check()
-            if stops.requested.is_set():
-                console.print("stopping: catching up, then verifying")
-            with console.status("catching up"):
+            if options.spark_ui and sessions:
+                console.print(f"Spark UI: {sessions[-1].sparkContext.uiWebUrl}")
+            sample = functools.partial(_progress, running)
+            with StatusLine(console, sample, label="replicating",
+                            interval_s=options.status_interval_s) as status:  # fmt: skip
+                while not options.once and not stops.requested.wait(1.0):
+                    running.check()
+                if stops.requested.is_set():
+                    console.print("stopping: catching up, then verifying")
+                status.label = "catching up"
                 running.catch_up()
             assert running.job is not None
             stats = running.job.stats
@@ -165,6 +207,13 @@ def _run(
                 stop_spark(spark)
         if setup is not None and not replicating:
             _undo_setup(setup)
+
+
+def _progress(running: Pipeline) -> Progress:
+    """The running pipeline's counters, for its status line."""
+    capture = running.capture.stats if running.capture is not None else None
+    job = running.job.stats if running.job is not None else None
+    return pipeline_progress(capture, job)
 
 
 def _undo_setup(setup: SourceSetup) -> None:

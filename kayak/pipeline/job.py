@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,12 @@ class ReplicationStats:
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     # Changes applied per executor id ("driver" when tasks run in the driver, as in local[N]).
     writers: dict[str, int] = field(default_factory=dict)
+    # The last micro-batch that held changes: how many, how long its Spark job took (read,
+    # decode, keep the latest per key, apply), and the largest source commit → target commit
+    # latency among its applied changes (None: only snapshot rows, which have no commit time).
+    last_batch_changes: int = 0
+    last_batch_s: float = 0.0
+    last_batch_behind_ms: float | None = None
 
     def percentile(self, p: float) -> float:
         """The ``p``-th percentile of latency in ms (0.0 before any change was applied)."""
@@ -124,6 +131,7 @@ class ReplicationJob:
     def _process_batch(self, batch: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
+        started = time.monotonic()
         # One Spark job per micro-batch: changes grouped by key keep only the latest (by
         # source position); an undecodable record is its own group (keyed by its offset), so
         # it comes through whole, for the dead-letter topic. The groups' shuffle partitions
@@ -149,6 +157,8 @@ class ReplicationJob:
             latest = latest.coalesce(1)
         apply = functools.partial(apply_partitions, settings=self._apply_settings)
         counts = latest.mapInArrow(apply, APPLY_STATS_SCHEMA).collect()
+        took_s = time.monotonic() - started
+        batch_latency = LatencyHistogram()
         with self._lock:
             stats = self.stats
             stats.batches += 1
@@ -156,10 +166,18 @@ class ReplicationJob:
                 stats.changes += row["changes"]
                 stats.applied += row["applied"]
                 stats.dead_lettered += row["dead_lettered"]
-                stats.latency.merge({int(k): v for k, v in json.loads(row["latency"]).items()})
+                batch_latency.merge({int(k): v for k, v in json.loads(row["latency"]).items()})
                 if row["applied"]:
                     executor = row["executor"]
                     stats.writers[executor] = stats.writers.get(executor, 0) + row["applied"]
+            stats.latency.merge(batch_latency)
+            in_batch = sum(row["changes"] + row["dead_lettered"] for row in counts)
+            if in_batch:
+                stats.last_batch_changes = in_batch
+                stats.last_batch_s = took_s
+                stats.last_batch_behind_ms = (
+                    batch_latency.percentile(100) if batch_latency.total else None
+                )
         log.debug("batch %d: %d tasks applied", batch_id, len(counts))
 
     def wait_caught_up(self) -> None:

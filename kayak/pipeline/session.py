@@ -30,12 +30,13 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 
 def local_spark(
     master: str = "local[2]", app_name: str = "kayak-pipeline", *, output: Path | None = None,
-    **settings: str,
+    ui: bool = False, **settings: str,
 ) -> Any:  # fmt: skip
     """A SparkSession on this machine with kayak's data source registered.
 
     Spark's workers run this interpreter (so they import the same kayak); its console
-    logging is reduced to errors, its UI is off, two shuffle partitions, Python workers
+    logging is reduced to errors, its UI is off unless ``ui`` (its address is then
+    ``spark.sparkContext.uiWebUrl``), two shuffle partitions, Python workers
     reused between tasks, UTC session time zone. ``settings`` are more Spark properties
     (``spark.driver.memory``, ...). ``output``: a file the JVM's (and so its Python
     workers') stdout and stderr are appended to, instead of this process's.
@@ -56,7 +57,7 @@ def local_spark(
         # The apply runs one task per shuffle partition (by table and key): adaptive
         # execution must not fold a micro-batch's keys into one task, one executor.
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
-        "spark.ui.enabled": "false",
+        "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.session.timeZone": "UTC",

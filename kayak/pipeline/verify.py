@@ -79,6 +79,9 @@ class Verification:
     table_schema: TableSchema
     rows: int
     differences: list[Difference] = field(default_factory=list)
+    not_compared: tuple[str, ...] = ()
+    """Source columns that are not replicated, so not compared: generated columns (logical
+    decoding and the capture triggers carry stored values only; the target has none)."""
 
     @property
     def table(self) -> str:

@@ -47,14 +47,14 @@ _TABLE_NAME = re.compile(rf"(?:({_IDENTIFIER})\.)?({_IDENTIFIER})")
 def parse_table_name(name: str) -> tuple[str, str]:
     """``"schema.table"`` or ``"table"`` (schema ``public``) → ``(schema, table)``.
 
-    Either part may be quoted as in SQL (``public."Order Items"``, ``"My Schema"."T"``,
+    Either part may be quoted as in SQL (``public."OrderItems"``, ``"Shop"."T"``,
     ``""`` inside quotes for a quote); an unquoted part is taken exactly as written.
     """
     found = _TABLE_NAME.fullmatch(name.strip())
     if found is None:
         raise SourceSetupError(
             f"bad table name {name!r}: expected 'table' or 'schema.table' (parts may be "
-            'quoted: public."Order Items")'
+            'quoted: public."OrderItems")'
         )
     schema, table = found.group(1), found.group(2)
     return _unquote(schema) if schema else "public", _unquote(table)
