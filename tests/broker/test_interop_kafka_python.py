@@ -265,6 +265,12 @@ class Member(threading.Thread):
         # the leader then assigns nothing and kafka-python rejoins only once its metadata
         # changes: refresh it often so that happens within the test's wait, not in 5 minutes.
         consumer = _consumer(self.bootstrap, self.group, metadata_max_age_ms=1000)
+        # And join only once this client knows the topic's partitions, so the race above
+        # (kafka-python's, not the broker's) cannot leave a member with nothing to consume.
+        deadline = time.monotonic() + 30
+        while not consumer.partitions_for_topic(self.topic):
+            assert time.monotonic() < deadline, f"kafka-python never saw {self.topic}"
+            time.sleep(0.05)
         consumer.subscribe([self.topic], listener=Listener())
         try:
             while not self.stopping.is_set():
