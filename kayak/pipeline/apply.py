@@ -137,7 +137,6 @@ class ChangeApplier:
                       for r in sorted(truncates, key=lambda r: r["pos"]))  # fmt: skip
         for schema_id, group in sorted(by_schema.items()):
             position = max(r["pos"] for r in group)
-            cached = schema_id in self._written
             for again in (False, True):
                 table, mapping = self._prepare(schema_id, position, again=again)
                 changes = [_applied_change(table, mapping, r) for r in group]
@@ -145,9 +144,10 @@ class ChangeApplier:
                     applied += self.target.apply(table, changes)
                     break
                 except Exception as exc:
-                    if cached and not again:
+                    if not again:
                         # Another task may have evolved the table since this worker made
-                        # sure of it (say, renamed a column): make sure again, retry once.
+                        # sure of it, even a moment ago (say, renamed a column): make sure
+                        # again and retry once; the failed transaction was rolled back.
                         log.info("apply to %s failed (%s); checking its schema again",
                                  table.qualified_name, one_line(exc))  # fmt: skip
                         continue
