@@ -40,6 +40,7 @@ from peers import (
     BrokerProcess,
     PipelinedClient,
     Table,
+    add_plot_option,
     cpu_seconds,
     create_topic,
     fdatasync_rate,
@@ -48,6 +49,7 @@ from peers import (
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     spread,
     start_empty_server,
@@ -277,7 +279,7 @@ def report(settings: Settings, samples: Samples, markdown: bool) -> None:
     print(f"run-to-run range: {spreads}")
 
 
-def parse_args(argv: list[str]) -> tuple[Settings, bool]:
+def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
     parser.add_argument("--runs", type=int, default=5, help="runs to take the median of")
@@ -293,6 +295,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
     parser.add_argument("--tansu", action="store_true", help="add Tansu (in-memory) for context")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
     connections = tuple(int(n) for n in args.connections.split(","))
     if args.quick:
@@ -308,15 +311,16 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         tansu=args.tansu,
         data_root=args.data_root,
     )
-    return settings, args.markdown
+    return settings, args.markdown, args.plot
 
 
 def main(argv: list[str]) -> None:
-    settings, markdown = parse_args(argv)
+    settings, markdown, plot = parse_args(argv)
     samples = Samples()
     for run in range(settings.runs):
         run_once(run, settings, samples)
     report(settings, samples, markdown)
+    plot_table(plot, "broker_appends", results_table(settings, samples))
 
 
 if __name__ == "__main__":

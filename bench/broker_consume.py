@@ -53,6 +53,7 @@ from peers import (
     MiB,
     PipelinedClient,
     Table,
+    add_plot_option,
     create_topic,
     high_watermark,
     human,
@@ -60,6 +61,7 @@ from peers import (
     median,
     paired_ratio,
     percent,
+    plot_table,
     run_async,
     scratch_dir,
     sendfile_loopback_rate,
@@ -475,7 +477,9 @@ def write_limit_file(log: Log, directory: Path) -> Path:
 # -- report --------------------------------------------------------------------------------
 
 
-def report(settings: Settings, log: Log, samples: Samples, markdown: bool) -> None:
+def report(
+    settings: Settings, log: Log, samples: Samples, markdown: bool, plot: Path | None = None
+) -> None:
     """Medians, and shares of the limit as medians of within-run ratios (noise cancels)."""
     limit = samples.rates.get(LIMIT, [])
     table = Table(["reader -> broker", "MiB/s", "runs (min-max)", "of machine limit"])
@@ -491,6 +495,7 @@ def report(settings: Settings, log: Log, samples: Samples, markdown: bool) -> No
     print(machine_notes(settings.data_root))
     print()
     print(table.markdown() if markdown else table.text())
+    plot_table(plot, "broker_consume", table)
     print()
     best = f"kayak loop, depth {settings.depth} -> kayak"
     share = paired_ratio(samples.rates.get(best, []), limit)
@@ -510,7 +515,7 @@ def report(settings: Settings, log: Log, samples: Samples, markdown: bool) -> No
     )
 
 
-def parse_args(argv: list[str]) -> tuple[Settings, bool]:
+def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64 MiB, one run: a smoke test")
     parser.add_argument("--size", type=float, default=2048, help="MiB to fill the partition with")
@@ -523,6 +528,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per reader, at most")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.size, args.runs = 64, 1
@@ -537,11 +543,11 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         data_root=args.data_root,
         timeout=args.timeout,
     )
-    return settings, args.markdown
+    return settings, args.markdown, args.plot
 
 
 def main(argv: list[str]) -> None:
-    settings, markdown = parse_args(argv)
+    settings, markdown, plot = parse_args(argv)
     log = make_log(settings)
     scratch = scratch_dir(settings.data_root, "consume-limit-")
     brokers: dict[str, BrokerProcess] = {}
@@ -554,7 +560,7 @@ def main(argv: list[str]) -> None:
         for broker in brokers.values():
             broker.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    report(settings, log, samples, markdown)
+    report(settings, log, samples, markdown, plot)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import confluent_kafka
 from peers import (
     BrokerProcess,
     Table,
+    add_plot_option,
     cpu_seconds,
     create_topic,
     high_watermark,
@@ -44,6 +45,7 @@ from peers import (
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     spread,
     start_kayak,
     start_tansu,
@@ -266,7 +268,7 @@ def _overall(settings: Settings, samples: Samples) -> float:
     return median(ratios)
 
 
-def parse_args(argv: list[str]) -> tuple[Settings, bool]:
+def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
     parser.add_argument("--messages", type=int, default=1_000_000, help="per 10 B/100 B point")
@@ -277,6 +279,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
     parser.add_argument("--kayak-flush", choices=("group", "always", "never"), default="group")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.large_messages, args.runs = 20_000, 10_000, 1
@@ -289,15 +292,16 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         kayak_flush=args.kayak_flush,
         data_root=args.data_root,
     )
-    return settings, args.markdown
+    return settings, args.markdown, args.plot
 
 
 def main(argv: list[str]) -> None:
-    settings, markdown = parse_args(argv)
+    settings, markdown, plot = parse_args(argv)
     samples = Samples()
     for run in range(settings.runs):
         run_once(run, settings, samples)
     report(settings, samples, markdown)
+    plot_table(plot, "broker_produce", results_table(settings, samples))
 
 
 if __name__ == "__main__":

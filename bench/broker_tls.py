@@ -41,10 +41,12 @@ from peers import (
     BrokerProcess,
     MiB,
     Table,
+    add_plot_option,
     cpu_seconds,
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     scratch_dir,
     times,
@@ -271,7 +273,7 @@ def measure(s: Settings) -> Samples:
     return merged
 
 
-def report(samples: Samples, s: Settings, markdown: bool) -> str:
+def report(samples: Samples, s: Settings, markdown: bool, plot: Path | None = None) -> str:
     table = Table(
         [
             "measure",
@@ -296,6 +298,7 @@ def report(samples: Samples, s: Settings, markdown: bool) -> str:
             median(samples.cpu.get((measure, "PLAINTEXT"), [])),
             median(samples.cpu.get((measure, "SSL"), [])),
         )
+    plot_table(plot, "broker_tls", table)
     available, reason = ktls_available()
     verdict = "available" if available else "unavailable on this kernel"
     table.add("kTLS", verdict, "-", "-", "-", "-")
@@ -322,6 +325,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per measure, at most")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     args = parser.parse_args()
     size, runs = (32.0, 1) if args.quick else (args.size, args.runs)
     settings = Settings(
@@ -334,7 +338,7 @@ def main() -> None:
     )
     samples = measure(settings)
     print()
-    print(report(samples, settings, args.markdown))
+    print(report(samples, settings, args.markdown, args.plot))
     if not samples.rates:
         raise SystemExit(1)
 

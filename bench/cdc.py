@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peers import Table, median, times
+from peers import Table, add_plot_option, median, plot_table, times
 
 from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
 from kayak.pipeline.session import local_spark
@@ -127,6 +127,7 @@ def main() -> None:
                         help="pace the workload to this many changes/s (latency below "
                         "saturation); 0 = as fast as the source takes them")  # fmt: skip
     parser.add_argument("--markdown", action="store_true")
+    add_plot_option(parser)
     args = parser.parse_args()
     spark = local_spark()
     root = Path(tempfile.mkdtemp(prefix="kayak-bench-cdc-"))
@@ -188,6 +189,7 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     print(table.markdown() if args.markdown else table.text())
+    plot_table(args.plot, "cdc", table)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ from peers import (
     BrokerProcess,
     MiB,
     Table,
+    add_plot_option,
     human,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     spread,
     start_kayak,
@@ -363,6 +365,7 @@ def report(
     runs = len(next(iter(rates.values()), []))
     print(f"one partition, {args.value_size}-byte values, medians of {runs} run(s)")
     print(table.markdown() if args.markdown else table.text())
+    plot_table(args.plot, "client_consume", table)
 
 
 def parse_args() -> argparse.Namespace:
@@ -375,6 +378,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-tansu", action="store_true", help="kayak's broker only")
     parser.add_argument("--profile", action="store_true", help="cProfile kayak's getmany reader")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    add_plot_option(parser)
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="broker data dir")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per reader run")
     # internal: run one reader in this process

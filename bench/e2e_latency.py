@@ -76,12 +76,14 @@ from peers import (
     REPO,
     BrokerProcess,
     Table,
+    add_plot_option,
     cpu_seconds,
     create_topic,
     human,
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     spread,
     start_kayak,
@@ -735,7 +737,7 @@ def report(settings: Settings, samples: Samples, markdown: bool) -> None:
     print(f"command: python bench/e2e_latency.py {' '.join(sys.argv[1:])}")
 
 
-def parse_args(argv: list[str]) -> tuple[Settings, bool]:
+def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="10000", help="msg/s, or a list: 1000,10000")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per point")
@@ -759,6 +761,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
     )
     parser.add_argument("--quick", action="store_true", help="a few seconds: a smoke test")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.warmup, args.runs, args.drain = 3.0, 1.0, 1, 10.0
@@ -782,7 +785,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool]:
         producer_config=tuple(_key_value(item, parser) for item in args.producer_config),
         flush=args.flush,
     )
-    return settings, args.markdown
+    return settings, args.markdown, args.plot
 
 
 def _key_value(item: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
@@ -800,12 +803,13 @@ def _broker_name(text: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    settings, markdown = parse_args(argv)
+    settings, markdown, plot = parse_args(argv)
     os.chdir(REPO)
     samples = Samples()
     for run in range(settings.runs):
         run_once(run, settings, samples)
     report(settings, samples, markdown)
+    plot_table(plot, "e2e_latency", results_table(settings, samples))
 
 
 if __name__ == "__main__":

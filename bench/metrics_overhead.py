@@ -51,12 +51,14 @@ from peers import (
     BrokerProcess,
     PipelinedClient,
     Table,
+    add_plot_option,
     cpu_seconds,
     create_topic,
     high_watermark,
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     scratch_dir,
     spread,
@@ -369,6 +371,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, argparse.Namespace]:
     parser.add_argument("--flush", choices=("group", "never"), default="never")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    add_plot_option(parser)
     parser.add_argument("--serve", choices=("on", "off"), help=argparse.SUPPRESS)
     parser.add_argument("--serve-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -390,6 +393,7 @@ def main(argv: list[str]) -> None:
     for run in range(settings.runs):
         run_once(run, settings, samples)
     report(settings, samples, markdown)
+    plot_table(args.plot, "metrics_overhead", results_table(samples))
     hooks = hook_cost_us()
     floor = median(samples.cpu_us.get((OFF, SMALL), []))
     print(f"metrics work per request, timed in-process: {hooks:.2f} µs = {hooks / floor:.1%} of "

@@ -6,17 +6,20 @@
   one for set-up requests (create a topic, ask for the log end offset);
 * the machine's own limits: the ``fdatasync`` rate of 2 KiB appends, and ``os.sendfile``
   from a file into a loopback TCP socket read with ``recv_into``;
-* medians and result tables (plain text, or Markdown for the README).
+* medians and result tables (plain text, or Markdown for the README), and their plots
+  (``--plot PATH.svg``, drawn by bench/plot.py from the same rows).
 
 Every address is on 127.0.0.1; every loop is bounded by a count or a deadline.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -530,3 +533,48 @@ def _aligned(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(
         [first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(rest, widths[1:], strict=True))]
     )
+
+
+# -- plots ---------------------------------------------------------------------------------
+
+
+def add_plot_option(parser: argparse.ArgumentParser) -> None:
+    """``--plot PATH.svg``: also draw the printed table (bench/plot.py; needs matplotlib)."""
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH.svg",
+        help="also draw the table as an SVG chart (needs matplotlib: pip install -e '.[bench]')",
+    )
+
+
+def plot_table(path: Path | None, chart: str, table: Table) -> None:
+    """Draw the rows ``table`` prints with bench/plot.py's chart ``chart``, into ``path``.
+
+    The plot reads the same formatted medians as the printed table, so the two agree.
+    """
+    if path is None:
+        return
+    from plot import write_chart  # matplotlib is imported only when a plot is asked for
+
+    write_chart(path, chart, table.columns, table.rows, f"$ {command_line()}")
+    print(f"plot: {path}")
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """This run's command line as README quotes it, without ``--plot`` (it changes nothing)."""
+    args = list(sys.argv if argv is None else argv)
+    script = Path(args[0]).resolve()
+    shown = [_python(), str(script.relative_to(REPO)) if script.is_relative_to(REPO) else args[0]]
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg == "--plot":
+            next(rest, None)
+        elif not arg.startswith("--plot="):
+            shown.append(arg)
+    return shlex.join(shown)
+
+
+def _python() -> str:
+    python = Path(sys.executable)
+    return str(python.relative_to(REPO)) if python.is_relative_to(REPO) else "python"

@@ -62,10 +62,12 @@ from peers import (
     REPO,
     BrokerProcess,
     Table,
+    add_plot_option,
     create_topic,
     high_watermark,
     human,
     median,
+    plot_table,
     spread,
     start_kayak,
     start_tansu,
@@ -359,6 +361,7 @@ def report(
     broker_names: list[str],
     clients: list[str],
     markdown: bool,
+    plot: Path | None = None,
 ) -> str:
     out: list[str] = []
     for broker_name in broker_names:
@@ -374,6 +377,8 @@ def report(
                 table.add(LABELS[client], f"{size} B", rate, spread(rates), rate * size / 1e6, cpu)
         out.append(f"\n{broker_name}:\n")
         out.append(table.markdown() if markdown else table.text())
+        if broker_name == broker_names[0]:  # kayak's broker when measured: README's table
+            plot_table(plot, "client_produce", table)
         out.append(_ratios(results, broker_name))
     return "\n".join(out)
 
@@ -505,6 +510,7 @@ def main() -> None:
     parser.add_argument("--compression", default="none")
     parser.add_argument("--quick", action="store_true", help="one short run: a smoke test")
     parser.add_argument("--markdown", action="store_true")
+    add_plot_option(parser)
     parser.add_argument("--profile", action="store_true", help="cProfile kayak's send")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"))
     # Child-process mode (internal).
@@ -541,7 +547,7 @@ def main() -> None:
         f"Producer throughput, {args.runs} run(s), groups of {GROUP} acknowledged before the "
         f"next, acks=1, compression={args.compression}, medians:"
     )
-    print(report(results, names, clients, args.markdown))
+    print(report(results, names, clients, args.markdown, args.plot))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiokafka.record.default_records as aiokafka_records
 import kafka.record.default_records as kafka_python_records
+from peers import Table, add_plot_option, plot_table
 
 from kayak.protocol.records import RecordBatch, RecordBatchBuilder, build_record_batch
 
@@ -144,6 +145,7 @@ def aiokafka_implementation() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs, for a smoke test")
+    add_plot_option(parser)
     args = parser.parse_args()
     target = 0.02 if args.quick else 0.25
 
@@ -158,6 +160,8 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
+    table = Table(["value", "operation", "kayak", "kafka-python", "aiokafka", "x kafka-python",
+                   "x aiokafka"])  # fmt: skip
     for size in VALUE_SIZES:
         values = [bytes([i % 251]) * size for i in range(RECORDS_PER_BATCH)]
         data = build_record_batch(values, timestamp=TIMESTAMP)
@@ -192,6 +196,11 @@ def main() -> None:
                 f"{peers['aiokafka']:>12,.0f} {mine / peers['kafka-python']:>9.2f}x "
                 f"{mine / peers['aiokafka']:>9.2f}x"
             )
+            rates = (mine, peers["kafka-python"], peers["aiokafka"])
+            millions = (f"{rate / 1e6:.{1 if rate >= 1e7 else 2}f}M" for rate in rates)
+            table.add(f"{size:,} B", label, *millions,
+                      *(f"{mine / peer:.2f}x" for peer in rates[1:]))  # fmt: skip
+    plot_table(args.plot, "record_batch", table)
 
 
 if __name__ == "__main__":

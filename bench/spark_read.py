@@ -32,7 +32,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import MiB, Table, median, paired_ratio, spread, start_kayak, times
+from peers import (
+    MiB,
+    Table,
+    add_plot_option,
+    median,
+    paired_ratio,
+    plot_table,
+    spread,
+    start_kayak,
+    times,
+)
 
 TOPIC = "spark-bench"
 CHUNK = 2_000  # records per send_batch call
@@ -174,6 +184,7 @@ def report(
             times(paired_ratio(results[name], results["parquet"])),
         )
     print(table.markdown() if args.markdown else table.text())
+    plot_table(args.plot, "spark_read", table)
 
 
 def parse_args() -> argparse.Namespace:
@@ -185,6 +196,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-root", default=tempfile.gettempdir(), help="scratch space")
     parser.add_argument("--profile", action="store_true", help="cProfile one partition's read")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    add_plot_option(parser)
     return parser.parse_args()
 
 

@@ -50,10 +50,12 @@ from peers import (
     BrokerProcess,
     PipelinedClient,
     Table,
+    add_plot_option,
     create_topic,
     machine_notes,
     median,
     paired_ratio,
+    plot_table,
     run_async,
     scratch_dir,
     split_bootstrap,
@@ -527,7 +529,9 @@ def report(settings: Settings, samples: Samples, markdown: bool) -> None:
 # -- main ----------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, bool, bool]:
+def parse_args(
+    argv: Sequence[str] | None = None,
+) -> tuple[Settings, bool, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--topics", type=int, default=2_000)
@@ -541,6 +545,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, bool, bool]
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"))
     parser.add_argument("--quick", action="store_true", help="1 run, 500 topics, 2,000 parts")
     parser.add_argument("--markdown", action="store_true")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.topics, args.partitions, args.segments = 1, 500, 2_000, 10_000
@@ -553,11 +558,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, bool, bool]
         metadata_requests=args.metadata_requests, probe_ms=args.probe_ms, tansu=tansu,
         data_root=args.data_root,
     )  # fmt: skip
-    return settings, args.markdown, not args.no_start_up
+    return settings, args.markdown, not args.no_start_up, args.plot
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings, markdown, start_up = parse_args(argv)
+    settings, markdown, start_up, plot = parse_args(argv)
     samples = Samples()
     big = build_big_data_dir(settings) if start_up else None
     try:
@@ -573,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if big is not None:
             shutil.rmtree(big, ignore_errors=True)
     report(settings, samples, markdown)
+    plot_table(plot, "topics", results_table(settings, samples))
     print(f"\n.venv/bin/python bench/topics.py {' '.join(sys.argv[1:])}".rstrip())
     return 0
 

@@ -37,6 +37,8 @@ class CaptureStats:
     last_batch_changes: int = 0
     last_batch_s: float = 0.0
     last_batch_behind_ms: float | None = None
+    # Changes per table (``schema.table``), for the pipeline's metrics.
+    by_table: dict[str, int] = field(default_factory=dict)
 
 
 class CaptureLoop:
@@ -75,6 +77,9 @@ class CaptureLoop:
         stats.changes += len(changes)
         stats.events += events
         stats.batches += 1
+        for change in changes:
+            table = change.table.qualified_name
+            stats.by_table[table] = stats.by_table.get(table, 0) + 1
         stats.last_batch_changes = len(changes)
         stats.last_batch_s = took_s
         committed = [c.ts_ms for c in changes if c.op is not Op.READ]

@@ -19,6 +19,9 @@ DECIMAL         str          exact decimal text (numeric); never a float, so not
 STRING          str          text, varchar, char, uuid, json(b), date/time types as the
                              database's own text form, and any type kayak does not know
 BYTES           bytes        bytea, SQLite BLOB
+ANY             int, float,  SQLite columns whose affinity keeps each value's own storage
+                str, bytes   class (no declared type; NUMERIC affinity such as DATETIME):
+                             each value keeps its type (``typeof()``)
 ==============  ===========  =============================================================
 
 ``Column.source_type`` keeps the database's declared type (``numeric(10,2)``,
@@ -26,7 +29,9 @@ BYTES           bytes        bytea, SQLite BLOB
 ``Column.default`` is the value rows that predate the column hold (a column added with
 ``ADD COLUMN … DEFAULT``), so a target adding the column gives its existing rows the same;
 ``Column.renamed_from`` lists the column's earlier names, oldest first, so a target renames
-the column instead of adding an empty one.
+the column instead of adding an empty one. ``Column.user_type`` describes a PostgreSQL
+column's user-defined type (enum, domain, composite: :class:`UserType`), whose values travel as
+their text form (``STRING``), so a PostgreSQL target can create the same type.
 
 A ``TRUNCATE`` is one :class:`Change` with ``Op.TRUNCATE`` and neither image: every row of
 the table whose last change is older than it is gone, every later change stays.
@@ -45,7 +50,9 @@ __all__ = [
     "Op",
     "Row",
     "TableSchema",
+    "UserType",
     "format_position",
+    "snapshot_floor",
 ]
 
 Row = dict[str, Any]
@@ -61,6 +68,7 @@ class ColumnType(enum.Enum):
     DECIMAL = "decimal"
     STRING = "string"
     BYTES = "bytes"
+    ANY = "any"  # each value keeps its own type: int, float, str or bytes
 
 
 class Op(enum.Enum):
@@ -71,6 +79,33 @@ class Op(enum.Enum):
     DELETE = "d"
     READ = "r"  # a row of the initial snapshot
     TRUNCATE = "t"  # every row of the table, at this position
+
+
+USER_TYPE_KINDS = ("enum", "domain", "composite")
+
+
+@dataclass(frozen=True)
+class UserType:
+    """A PostgreSQL user-defined type as a target needs it to create the same type.
+
+    ``kind`` is ``enum`` (``labels`` in sort order), ``domain`` (``base``: its base type as
+    ``format_type`` prints it; its constraints are not described) or ``composite``
+    (``fields``: attribute names and types as ``format_type`` prints them). ``dimensions``
+    is 1 for a column holding an array of the type. Values of such columns are their text
+    form (``ColumnType.STRING``).
+    """
+
+    kind: str
+    schema: str
+    name: str
+    labels: tuple[str, ...] = ()
+    base: str = ""
+    fields: tuple[tuple[str, str], ...] = ()
+    dimensions: int = 0
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,7 @@ class Column:
     # The value of rows that predate the column (None: NULL); in ``type``'s representation.
     default: Any = None
     renamed_from: tuple[str, ...] = ()  # earlier names, oldest first
+    user_type: UserType | None = None  # a PostgreSQL enum, domain or composite
 
 
 @dataclass(frozen=True)
@@ -134,6 +170,18 @@ def format_position(*parts: int) -> str:
     if not parts or any(p < 0 or p >= 1 << 64 for p in parts):
         raise ValueError(f"position parts must be unsigned 64-bit integers: {parts}")
     return "/".join(f"{p:016x}" for p in parts)
+
+
+def snapshot_floor(position: str) -> str:
+    """The position just below the snapshot a snapshot row at ``position`` belongs to, for
+    sources whose snapshot rows all share their first part (PostgreSQL: the snapshot's
+    consistent point; every change committed before it is in the snapshot). Applied as a
+    TRUNCATE when a table's snapshot ends, it removes the target rows that snapshot did not
+    see and keeps every row it saw or that changed after it."""
+    first, *rest = (int(part, 16) for part in position.split("/"))
+    if first == 0:
+        raise ValueError(f"no position lies below snapshot position {position}")
+    return format_position(first - 1, *((1 << 64) - 1 for _ in rest))
 
 
 @dataclass(frozen=True)

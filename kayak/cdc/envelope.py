@@ -17,6 +17,13 @@ column with a default for the rows that predate it carries ``"kayak.default"`` (
 JSON; bytes as ``\\x`` + hex), and a renamed column its earlier names as Avro ``"aliases"``
 (so the new schema also reads events written under the old name).
 
+A column of a PostgreSQL user-defined type carries ``"kayak.user_type"``: ``{"kind": "enum",
+"schema", "name", "labels": [...]}``, ``{"kind": "domain", …, "base": "numeric(10,2)"}`` or
+``{"kind": "composite", …, "fields": [[name, type], ...]}`` (plus ``"dimensions": 1`` for an
+array of it); its values are their text form. A column of kind ``any`` (a SQLite column that
+keeps each value's own storage class) is the Avro union of ``long``, ``double``, ``string``
+and ``bytes``, so each value keeps its type.
+
 A TRUNCATE is Debezium's ``"op": "t"`` event: no key, ``before`` and ``after`` null.
 """
 
@@ -27,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kayak import __version__
-from kayak.cdc.change import Change, Column, ColumnType, TableSchema
+from kayak.cdc.change import USER_TYPE_KINDS, Change, Column, ColumnType, TableSchema, UserType
 
 __all__ = [
     "event_value",
@@ -37,7 +44,10 @@ __all__ = [
     "value_schema",
 ]
 
-_AVRO_TYPES: dict[ColumnType, str] = {
+# Each value of an ANY column in its own branch (fastavro picks the branch by Python type).
+_ANY_BRANCHES: list[str] = ["long", "double", "string", "bytes"]
+
+_AVRO_TYPES: dict[ColumnType, str | list[str]] = {
     ColumnType.BOOLEAN: "boolean",
     ColumnType.INT: "int",
     ColumnType.LONG: "long",
@@ -45,6 +55,7 @@ _AVRO_TYPES: dict[ColumnType, str] = {
     ColumnType.DECIMAL: "string",
     ColumnType.STRING: "string",
     ColumnType.BYTES: "bytes",
+    ColumnType.ANY: _ANY_BRANCHES,
 }
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -72,18 +83,89 @@ def _field(column: Column, *, in_key: bool) -> dict[str, Any]:
     # only the key), so every non-key field may be null in Avro; the column's own
     # nullability travels as "kayak.nullable".
     if in_key:
-        field["type"] = avro_type
+        field["type"] = list(avro_type) if isinstance(avro_type, list) else avro_type
     else:
-        field["type"] = ["null", avro_type]
+        field["type"] = ["null", *avro_type] if isinstance(avro_type, list) else [
+            "null", avro_type]
         field["default"] = None
     field["kayak.type"] = column.type.value
     field["kayak.source_type"] = column.source_type
     field["kayak.nullable"] = column.nullable
     if column.default is not None:
-        field["kayak.default"] = _default_to_json(column.default)
+        if column.type is ColumnType.ANY and isinstance(column.default, bytes):
+            # Any kind of value may be the default: bytes must not read back as text.
+            field["kayak.default"] = {"bytes": column.default.hex()}
+        else:
+            field["kayak.default"] = _default_to_json(column.default)
     if column.renamed_from:
         field["aliases"] = list(column.renamed_from)
+    if column.user_type is not None:
+        field["kayak.user_type"] = _user_type_to_json(column.user_type)
     return field
+
+
+def _user_type_to_json(user_type: UserType) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "kind": user_type.kind, "schema": user_type.schema, "name": user_type.name}
+    if user_type.kind == "enum":
+        described["labels"] = list(user_type.labels)
+    elif user_type.kind == "domain":
+        described["base"] = user_type.base
+    else:
+        described["fields"] = [[name, kind] for name, kind in user_type.fields]
+    if user_type.dimensions:
+        described["dimensions"] = user_type.dimensions
+    return described
+
+
+_MAX_NAME = 63  # PostgreSQL's NAMEDATALEN - 1 (bytes)
+
+
+def _user_type_from_json(value: Any, column: str) -> UserType | None:
+    """A ``kayak.user_type`` back as a :class:`UserType`; ValueError (naming the column) if it
+    is not one: registered schemas are untrusted input. Only the shape is checked here;
+    targets validate the types they render (:mod:`kayak.pipeline.targets.types`)."""
+    if value is None:
+        return None
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"column {column!r}: kayak.user_type {why}")
+
+    def name(text: Any, what: str) -> str:
+        if not isinstance(text, str) or not text or len(text.encode()) > _MAX_NAME \
+                or "\0" in text:
+            raise bad(f"{what} is not a name of 1-{_MAX_NAME} bytes")
+        return text
+
+    if not isinstance(value, dict) or value.get("kind") not in USER_TYPE_KINDS:
+        raise bad(f"is not a description of one of {', '.join(USER_TYPE_KINDS)}")
+    kind = value["kind"]
+    dimensions = value.get("dimensions", 0)
+    if dimensions not in (0, 1) or isinstance(dimensions, bool):
+        raise bad("dimensions is not 0 or 1")
+    labels: tuple[str, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+    base = ""
+    if kind == "enum":
+        raw = value.get("labels")
+        if not isinstance(raw, list):
+            raise bad("labels are not a list")
+        labels = tuple(name(label, "a label") for label in raw)
+        if len(set(labels)) != len(labels):
+            raise bad("labels repeat")
+    elif kind == "domain":
+        raw_base = value.get("base")
+        if not isinstance(raw_base, str) or not raw_base:
+            raise bad("base is not a type name")
+        base = raw_base
+    else:
+        raw = value.get("fields")
+        if not isinstance(raw, list) or not raw or not all(
+                isinstance(f, list) and len(f) == 2 and isinstance(f[1], str) for f in raw):
+            raise bad("fields are not a list of [name, type]")
+        fields = tuple((name(f, "a field"), t) for f, t in raw)
+    return UserType(kind, name(value.get("schema"), "schema"), name(value.get("name"), "name"),
+                    labels=labels, base=base, fields=fields, dimensions=dimensions)
 
 
 def _default_to_json(value: Any) -> Any:
@@ -105,11 +187,19 @@ def _default_from_json(kind: ColumnType, value: Any, name: str) -> Any:
         ColumnType.DECIMAL: isinstance(value, str),
         ColumnType.STRING: isinstance(value, str),
         ColumnType.BYTES: isinstance(value, str) and value.startswith("\\x"),
+        ColumnType.ANY: (isinstance(value, int | float | str) and not isinstance(value, bool))
+        or (isinstance(value, dict) and list(value) == ["bytes"]
+            and isinstance(value["bytes"], str)),
     }[kind]
     if not ok:
         raise ValueError(f"column {name!r}: default {value!r:.40} is not a {kind.value}")
-    if kind is ColumnType.BYTES:
-        return bytes.fromhex(value[2:])
+    try:
+        if kind is ColumnType.BYTES:
+            return bytes.fromhex(value[2:])
+        if kind is ColumnType.ANY and isinstance(value, dict):
+            return bytes.fromhex(value["bytes"])
+    except ValueError:
+        raise ValueError(f"column {name!r}: default {value!r:.40} is not hex bytes") from None
     if kind is ColumnType.DOUBLE:
         return float(value)
     return value
@@ -236,6 +326,7 @@ def table_schema_from_avro(schema: Mapping[str, Any]) -> TableSchema:
                 source_type=f.get("kayak.source_type", ""),
                 default=_default_from_json(kind, f.get("kayak.default"), f["name"]),
                 renamed_from=tuple(aliases),
+                user_type=_user_type_from_json(f.get("kayak.user_type"), f["name"]),
             )
         )
     source_fields = {f["name"] for f in fields["source"]["type"]["fields"]}
@@ -251,6 +342,9 @@ def table_schema_from_avro(schema: Mapping[str, Any]) -> TableSchema:
 
 def _plain_type(avro_type: Any) -> str:
     if isinstance(avro_type, list):
-        avro_type = next(t for t in avro_type if t != "null")
+        branches = [t for t in avro_type if t != "null"]
+        if len(branches) > 1:
+            return ColumnType.ANY.value
+        avro_type = branches[0]
     return {"boolean": "boolean", "int": "int", "long": "long", "double": "double",
             "string": "string", "bytes": "bytes"}.get(str(avro_type), "string")  # fmt: skip

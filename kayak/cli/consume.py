@@ -7,12 +7,20 @@
     kayak consume events -o s@1764100000000 -c 5 -J      # 5 records from a time, as JSON
     kayak consume events -g readers -K :                 # as a group member, key:value
     kayak consume -L                                     # brokers, topics, partitions
+    kayak consume orders -s value=avro -r http://localhost:8081 -J   # Avro values as JSON
 
 Without ``-g`` every partition (or those given with ``-p``) is read from ``-o`` (default:
 the end, or ``-X auto.offset.reset=earliest``/``--from-beginning`` for the beginning); with
 ``-g`` the group's share, resuming from its commits (``-o beginning|end`` then says where to
 start without one). Output: see :mod:`kayak.cli.record_output` (plain lines or JSON, so it
 pipes). A missing topic is an error (``-X allow.auto.create.topics=true`` creates it).
+
+``-s value=avro`` (``-s key=avro``, or ``-s avro`` for both: kcat's flags) decodes
+Confluent-framed Avro through the schema registry ``-r URL`` (or ``-X
+schema.registry.url=URL``; ``-X schema.registry.basic.auth.user.info=...`` and the other
+``schema.registry.*`` properties configure its client): printed as JSON, or as the decoded
+object in ``-J``'s ``key``/``payload``. A record that cannot be decoded is printed as it is,
+with one line on stderr; a registry that cannot be reached fails at once.
 Failures print one line to stderr and exit with status 1; Ctrl-C stops with status 130.
 """
 
@@ -35,6 +43,7 @@ from kayak.cli.options import (
     run_event_loop,
 )
 from kayak.cli.record_output import (
+    AvroFields,
     JsonPrinter,
     Printer,
     RecordWriter,
@@ -47,6 +56,9 @@ from kayak.errors import KayakError
 __all__ = ["Printer", "compile_format", "consume"]
 
 _POLL_MS = 200
+_REGISTRY_PREFIX = "schema.registry."
+_REGISTRY_CHECK_S = 1.5  # an unreachable registry is reported within 2 s
+_SERDES = ("avro", "bytes")
 INTERRUPTED = 130  # a shell's status for a command stopped by SIGINT
 
 
@@ -65,6 +77,10 @@ class _Options:
     null_as_text: bool
     as_json: bool
     properties: dict[str, str] = field(default_factory=dict)
+    avro_key: bool = False
+    avro_value: bool = False
+    registry_url: str | None = None
+    registry_config: dict[str, str] = field(default_factory=dict)
 
 
 @click.command()
@@ -135,6 +151,22 @@ class _Options:
     "key, payload (kcat's -J).",
 )
 @click.option(
+    "-s",
+    "--serdes",
+    "serdes",
+    multiple=True,
+    metavar="[key=|value=]avro",
+    help="Decode keys (key=avro), values (value=avro) or both (avro) as Confluent-framed "
+    "Avro through the schema registry (-r), printed as JSON (kcat's -s); bytes: as they are.",
+)
+@click.option(
+    "-r",
+    "--registry-url",
+    "registry_url",
+    metavar="URL",
+    help="The schema registry for -s avro (kcat's -r; or -X schema.registry.url=URL).",
+)
+@click.option(
     "-L", "--list", "list_metadata", is_flag=True, help="List brokers, topics and partitions."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No informational output on stderr.")
@@ -160,14 +192,25 @@ def consume(
     show_headers: bool,
     null_as_text: bool,
     as_json: bool,
+    serdes: tuple[str, ...],
+    registry_url: str | None,
     list_metadata: bool,
     quiet: bool,
     timeout: float,
     properties: tuple[str, ...],
     command_config: Path | None,
 ) -> None:
-    """Print TOPIC's records to stdout, like kcat -C."""
+    """Print TOPIC's records to stdout, like kcat -C (-s value=avro -r URL: Avro as JSON)."""
     settings = client_properties(properties, command_config)
+    registry_config = {
+        name.removeprefix(_REGISTRY_PREFIX): settings.pop(name)
+        for name in list(settings)
+        if name.startswith(_REGISTRY_PREFIX)
+    }
+    registry_url = registry_url or registry_config.pop("url", None)
+    avro_key, avro_value = _avro_fields(serdes)
+    if (avro_key or avro_value) and registry_url is None:
+        raise click.UsageError("-s avro needs the schema registry: -r URL")
     topic = topic_option or topic
     if list_metadata:
         from kayak.cli.metadata import print_metadata
@@ -189,7 +232,8 @@ def consume(
         compile_format(fmt)  # a bad token is a usage error before anything connects
     options = _Options(
         bootstrap_servers(), topic, partitions, start, stop, group, max_messages, exit_at_end,
-        timeout, fmt, null_as_text, as_json, settings,
+        timeout, fmt, null_as_text, as_json, settings, avro_key, avro_value, registry_url,
+        registry_config,
     )  # fmt: skip
     try:
         run_event_loop(_consume(options))
@@ -205,6 +249,24 @@ def consume(
 
 
 _GROUP_STARTS = {"beginning": "earliest", "end": "latest", "stored": None}
+
+
+def _avro_fields(serdes: tuple[str, ...]) -> tuple[bool, bool]:
+    """Whether keys and values are Avro, from kcat's ``-s [key=|value=]SERDES``."""
+    chosen = {"key": "bytes", "value": "bytes"}
+    for item in serdes:
+        which, equals, name = item.partition("=")
+        fields = [which] if equals else ["key", "value"]
+        name = name if equals else item
+        if equals and which not in chosen:
+            raise click.BadParameter(f"{item!r}: say key=, value= or neither", param_hint="-s")
+        if name not in _SERDES:
+            raise click.BadParameter(
+                f"{item!r}: {name!r} is not one of {', '.join(_SERDES)}", param_hint="-s"
+            )
+        for field_name in fields:
+            chosen[field_name] = name
+    return chosen["key"] == "avro", chosen["value"] == "avro"
 
 
 def _offsets(
@@ -245,20 +307,42 @@ async def _consume(options: _Options) -> None:
     config.update(options.properties)
     consumer = Consumer(config)
     check_reachable(options.bootstrap)
+    fields = _avro_decoder(options)
     await consumer.start()
     try:
-        writer = _writer(options, consumer)
+        writer = _writer(options, consumer, fields)
         await _read(consumer, options, writer)
     finally:
         await consumer.close()
 
 
-def _writer(options: _Options, consumer: Consumer) -> RecordWriter:
+def _avro_decoder(options: _Options) -> AvroFields | None:
+    """The Avro decoding ``-s`` asked for, once the registry answered (a one-line error
+    within two seconds when it does not)."""
+    if not (options.avro_key or options.avro_value):
+        return None
+    from kayak.serde.avro import AvroDeserializer
+    from kayak.serde.registry import SchemaRegistryClient
+
+    assert options.registry_url is not None
+    probe = SchemaRegistryClient(
+        options.registry_url, timeout_s=_REGISTRY_CHECK_S, config=options.registry_config
+    )
+    probe.subjects()  # reachable, and the credentials work: else SchemaRegistryError
+    registry = SchemaRegistryClient(
+        options.registry_url, timeout_s=options.timeout, config=options.registry_config
+    )
+    return AvroFields(AvroDeserializer(registry), key=options.avro_key, value=options.avro_value)
+
+
+def _writer(options: _Options, consumer: Consumer, fields: AvroFields | None) -> RecordWriter:
     out = sys.stdout.buffer
     if options.as_json:
-        return JsonPrinter(out, lambda t, p: consumer.partition_leader(TopicPartition(t, p)))
+        leader = consumer.partition_leader
+        return JsonPrinter(out, lambda t, p: leader(TopicPartition(t, p)), fields=fields)
     assert options.fmt is not None
-    return Printer(compile_format(options.fmt, null_as_text=options.null_as_text), out)
+    pieces = compile_format(options.fmt, null_as_text=options.null_as_text, fields=fields)
+    return Printer(pieces, out)
 
 
 async def _read(consumer: Consumer, options: _Options, writer: RecordWriter) -> None:

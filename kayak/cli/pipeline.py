@@ -82,12 +82,18 @@ def pipeline() -> None:
               metavar="SECONDS", help="How long a source or target that went away (refused "
               "connections, restarted) is retried before the pipeline stops.")  # fmt: skip
 @STATUS_INTERVAL_OPTION
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve the pipeline's /metrics (Prometheus) and its page on this port "
+              "[default: an ephemeral port, printed at start; 0: none].")  # fmt: skip
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address for --metrics-port (0.0.0.0: every interface).")  # fmt: skip
 @click.option("--spark-ui", is_flag=True,
               help="Turn Spark's web UI on (off by default) and print its address.")  # fmt: skip
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
     registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
-    properties: tuple[str, ...], retry_timeout: float, status_interval: float, spark_ui: bool,
+    properties: tuple[str, ...], retry_timeout: float, status_interval: float,
+    metrics_port: int | None, metrics_host: str, spark_ui: bool,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
@@ -106,6 +112,10 @@ def run(
       last batch  its changes, Spark's time for it, and the longest delay in
                   it from a change's commit in the source to its commit in
                   the target (without changes, this clock stands still)
+
+    \b
+    Its web page (tables, backlog, last verification, charts) and /metrics are
+    served on --metrics-port; the address is printed at start.
     """
     from kayak.pipeline.runner import PipelineSpec
 
@@ -115,6 +125,9 @@ def run(
         source=source, tables=list(tables), target=target, work_dir=work_dir,
         bootstrap_servers=bootstrap, registry_url=registry_url, prefix=prefix, slot_name=slot,
         client_options=parse_properties(properties), retry_timeout_s=retry_timeout,
+        # --metrics-port: none given = ephemeral (0 to the pipeline), 0 = no server
+        metrics_port=0 if metrics_port is None else (metrics_port or None),
+        metrics_host=metrics_host,
     )  # fmt: skip
     log_path = work_dir / "pipeline.log"
     console = Console()
@@ -166,6 +179,9 @@ def _run(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
                 f"{running.bootstrap_servers} → {spec.target}"
             )
+            if running.metrics_url is not None:
+                console.print(f"pipeline page: {running.metrics_url} · metrics: "
+                              f"{running.metrics_url}metrics", markup=False)  # fmt: skip
             if options.spark_ui and sessions:
                 console.print(f"Spark UI: {sessions[-1].sparkContext.uiWebUrl}")
             sample = functools.partial(_progress, running)

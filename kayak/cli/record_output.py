@@ -10,21 +10,41 @@ nothing, or as ``NULL`` with ``-Z`` (kcat's ``-Z``). The JSON envelope has kcat'
 ``broker``, ``headers`` (``["k", "v", ...]``, present only when the record has headers),
 ``key`` and ``payload`` (strings, ``null`` when null; bytes that are not UTF-8 are replaced
 by U+FFFD).
+
+With ``-s key=avro``/``-s value=avro`` (:class:`AvroFields`) Confluent-framed Avro keys or
+values are decoded through the schema registry: printed as JSON text by ``-f``/the default
+line, and put in ``-J``'s ``key``/``payload`` as the decoded object itself (Avro bytes as
+base64, decimals and UUIDs as strings, dates and times in ISO 8601). A key or value that
+cannot be decoded (not Confluent framing, an unknown schema id, a garbled body) is shown as
+it is, with one line on stderr naming the record and why.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import json
+import sys
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TextIO
 
 import click
 
 from kayak.client.consumer import ConsumerRecord
+from kayak.errors import SerializationError
 from kayak.protocol.records.record import TimestampType
 
-__all__ = ["JsonPrinter", "Printer", "RecordWriter", "compile_format", "default_format"]
+__all__ = [
+    "AvroFields",
+    "JsonPrinter",
+    "Printer",
+    "RecordWriter",
+    "compile_format",
+    "default_format",
+]
 
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "\\": b"\\"}
 NULL = b"NULL"
@@ -41,12 +61,63 @@ def _headers(record: ConsumerRecord) -> bytes:
     return b",".join(k.encode() + b"=" + (v or b"") for k, v in record.headers)
 
 
-def _tokens(null: bytes) -> dict[str, Getter]:
+class _Deserializer(Protocol):
+    def deserialize(self, data: bytes | bytearray | memoryview) -> Any: ...
+
+
+@dataclass
+class AvroFields:
+    """Decodes the Avro keys and/or values of records (``key``/``value``: which ones) with
+    ``deserializer`` (a :class:`~kayak.serde.avro.AvroDeserializer`). A field that cannot be
+    decoded is left as it is, and ``warnings`` gets one line saying which record and why.
+    Registry errors other than an unknown id (the registry went away) are raised."""
+
+    deserializer: _Deserializer
+    key: bool = False
+    value: bool = False
+    warnings: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def decoded(self, record: ConsumerRecord, which: str) -> tuple[bool, Any]:
+        """(True, the decoded object) or (False, None) for the record's ``which`` field
+        ("key" or "value"); a null field is not decoded (a tombstone stays null)."""
+        data = record.key if which == "key" else record.value
+        if data is None or not (self.key if which == "key" else self.value):
+            return False, None
+        try:
+            return True, self.deserializer.deserialize(data)
+        except SerializationError as exc:
+            where = f"{record.topic}-{record.partition}@{record.offset}"
+            self.warnings.write(f"kayak consume: {where}: {which} shown raw: {exc}\n")
+            self.warnings.flush()
+            return False, None
+
+    def text(self, record: ConsumerRecord, which: str) -> bytes | None:
+        """The field as printed: the decoded object as JSON, else the bytes as they are."""
+        ok, decoded = self.decoded(record, which)
+        if ok:
+            return json.dumps(decoded, ensure_ascii=False, default=plain_json).encode()
+        return record.key if which == "key" else record.value
+
+
+def plain_json(value: object) -> object:
+    """JSON for what Avro decodes to beyond JSON's own types."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _tokens(null: bytes, fields: AvroFields | None = None) -> dict[str, Getter]:
     def value(r: ConsumerRecord) -> bytes:
-        return null if r.value is None else r.value
+        data = r.value if fields is None else fields.text(r, "value")
+        return null if data is None else data
 
     def key(r: ConsumerRecord) -> bytes:
-        return null if r.key is None else r.key
+        data = r.key if fields is None else fields.text(r, "key")
+        return null if data is None else data
 
     return {
         "v": value,
@@ -62,11 +133,14 @@ def _tokens(null: bytes) -> dict[str, Getter]:
     }
 
 
-def compile_format(text: str, *, null_as_text: bool = False) -> list[Piece]:
+def compile_format(
+    text: str, *, null_as_text: bool = False, fields: AvroFields | None = None
+) -> list[Piece]:
     """Turn a kcat-like format into literal bytes and field getters (a newline appended
-    unless the format ends with one); null keys and values as ``NULL`` if ``null_as_text``.
-    Raises ``click.BadParameter`` for unknown tokens."""
-    tokens = _tokens(NULL if null_as_text else b"")
+    unless the format ends with one); null keys and values as ``NULL`` if ``null_as_text``;
+    keys and values decoded by ``fields`` if given. Raises ``click.BadParameter`` for unknown
+    tokens."""
+    tokens = _tokens(NULL if null_as_text else b"", fields)
     pieces: list[Piece] = []
     literal = bytearray()
     index = 0
@@ -148,12 +222,15 @@ class JsonPrinter:
     out: BinaryIO
     leader: Callable[[str, int], int]
     printed: int = 0
+    fields: AvroFields | None = None
     _brokers: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def write(self, records: Sequence[ConsumerRecord]) -> None:
         lines: list[bytes] = []
         for record in records:
-            lines.append(json.dumps(self.envelope(record), ensure_ascii=False).encode() + b"\n")
+            envelope = self.envelope(record)
+            lines.append(json.dumps(envelope, ensure_ascii=False, default=plain_json).encode())
+            lines.append(b"\n")
         self.out.write(b"".join(lines))
         self.printed += len(records)
 
@@ -174,9 +251,14 @@ class JsonPrinter:
             "broker": broker,
         }
         if record.headers:
-            envelope["headers"] = [
-                item for k, v in record.headers for item in (k, _text(v))
-            ]
-        envelope["key"] = _text(record.key)
-        envelope["payload"] = _text(record.value)
+            envelope["headers"] = [item for k, v in record.headers for item in (k, _text(v))]
+        envelope["key"] = self._field(record, "key")
+        envelope["payload"] = self._field(record, "value")
         return envelope
+
+    def _field(self, record: ConsumerRecord, which: str) -> object:
+        if self.fields is not None:
+            ok, decoded = self.fields.decoded(record, which)
+            if ok:
+                return decoded
+        return _text(record.key if which == "key" else record.value)

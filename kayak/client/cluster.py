@@ -28,6 +28,7 @@ from kayak.client.config import ClientConfig
 from kayak.client.connection import BrokerConnection
 from kayak.client.security.channel import ConnectionSecurity
 from kayak.client.security.errors import is_authentication_error
+from kayak.client.statistics import ConnectionCounters
 from kayak.errors import (
     ErrorCode,
     KafkaError,
@@ -102,6 +103,8 @@ class Cluster:
         # Only producer and consumer configurations have the property; the admin's never asks.
         self.allow_auto_create_topics = bool(getattr(config, "allow_auto_create_topics", False))
         self._connections: dict[int, BrokerConnection] = {}
+        # Per (node, host, port): a reconnected broker keeps counting where it left off.
+        self._counters: dict[tuple[int, str, int], ConnectionCounters] = {}
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (attempts, last failure)
         self._topics: set[str] = set()
@@ -263,6 +266,7 @@ class Cluster:
         connection = BrokerConnection(
             host, port, node_id=node_id, client_id=self.config.client_id,
             request_timeout_ms=self.config.request_timeout_ms, security=self.security,
+            counters=self._counters.setdefault((node_id, host, port), ConnectionCounters()),
         )  # fmt: skip
         try:
             await connection.connect(self.config.socket_connection_setup_timeout_ms / 1000)
@@ -273,6 +277,10 @@ class Cluster:
         self._failures.pop(node_id, None)
         self._connections[node_id] = connection
         return connection
+
+    def connections(self) -> dict[int, BrokerConnection]:
+        """The connections open now, by node id (-1 and below: bootstrap addresses)."""
+        return dict(self._connections)
 
     async def any_connection(self) -> BrokerConnection:
         """A usable connection to any broker: a known one, else each bootstrap in turn."""

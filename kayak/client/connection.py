@@ -22,6 +22,7 @@ import logging
 import random
 import socket
 import ssl
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -30,6 +31,7 @@ from kayak.client.security.channel import PLAINTEXT, ConnectionSecurity
 from kayak.client.security.config import SaslSettings
 from kayak.client.security.sasl import authenticate
 from kayak.client.security.tls import tls_failure
+from kayak.client.statistics import ConnectionCounters
 from kayak.errors import (
     KafkaTimeoutError,
     KayakError,
@@ -68,6 +70,7 @@ class _FrameReceiver(asyncio.BufferedProtocol):
         return self._owner._protocol.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._owner.counters.rx_bytes += nbytes
         self._owner._protocol.buffer_updated(nbytes)
         self._owner._responses_arrived()
 
@@ -97,6 +100,7 @@ class BrokerConnection:
         request_timeout_ms: int = 30_000,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         security: ConnectionSecurity = PLAINTEXT,
+        counters: ConnectionCounters | None = None,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self.request_timeout = request_timeout_ms / 1000
@@ -111,6 +115,10 @@ class BrokerConnection:
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
         self.authentications = 0  # SASL authentications done on this connection
+        # Requests, bytes and round trips (see kayak.client.statistics); given by the owner to
+        # keep counting across reconnects, else this connection's own.
+        self.counters = counters if counters is not None else ConnectionCounters()
+        self._sent_at: dict[int, float] = {}  # correlation id -> when written, for the RTT
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -283,10 +291,20 @@ class BrokerConnection:
         if expect_response:
             waiter = waiter or asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = waiter
+            self._sent_at[correlation_id] = time.monotonic()
+        counters = self.counters
+        counters.tx += 1
+        requests = counters.requests
+        cls = type(message)
+        requests[cls] = requests.get(cls, 0) + 1
         if len(parts) == 1:
-            transport.write(_wire_bytes(parts[0]))
+            data = _wire_bytes(parts[0])
+            counters.tx_bytes += _size(data)
+            transport.write(data)
         else:
-            transport.writelines([_wire_bytes(part) for part in parts])
+            chunks = [_wire_bytes(part) for part in parts]
+            counters.tx_bytes += sum(map(_size, chunks))
+            transport.writelines(chunks)
         return waiter
 
     async def wait_response(
@@ -311,6 +329,8 @@ class BrokerConnection:
     # -- receiving ----------------------------------------------------------------------
 
     def _responses_arrived(self) -> None:
+        now = 0.0
+        counters = self.counters
         while self._error is None:
             try:
                 event = self._protocol.next_event()
@@ -319,6 +339,11 @@ class BrokerConnection:
                 return
             if event is None:
                 return
+            counters.rx += 1
+            sent = self._sent_at.pop(event.correlation_id, None)
+            if sent is not None:
+                now = now or time.monotonic()  # one clock read for the responses of one read
+                counters.rtt.add(now - sent)
             waiter = self._waiters.pop(event.correlation_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(event.response)
@@ -329,6 +354,7 @@ class BrokerConnection:
             if not self._closed:
                 log.debug("%s failed: %s", self, error)
         waiters, self._waiters = self._waiters, {}
+        self._sent_at.clear()
         held, self._held = self._held or [], None
         for waiter in [*waiters.values(), *(h[3] for h in held if h[3] is not None)]:
             if not waiter.done():
@@ -374,6 +400,10 @@ def _wire_bytes(part: memoryview | RecordsRegion) -> bytes | bytearray | memoryv
     if isinstance(part, RecordsView):
         return part.data
     return part.read()
+
+
+def _size(data: bytes | bytearray | memoryview) -> int:
+    return data.nbytes if type(data) is memoryview else len(data)
 
 
 def pick_version(

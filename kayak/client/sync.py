@@ -450,6 +450,7 @@ class Admin(SyncFacade[AsyncAdmin]):
     delete_records = blocking(AsyncAdmin.delete_records)
     describe_configs = blocking(AsyncAdmin.describe_configs)
     alter_configs = blocking(AsyncAdmin.alter_configs)
+    statistics = on_loop(AsyncAdmin.statistics)
 
 
 class Producer(SyncFacade[AsyncProducer]):
@@ -469,6 +470,7 @@ class Producer(SyncFacade[AsyncProducer]):
     send_and_wait = blocking(AsyncProducer.send_and_wait)
     flush = blocking(AsyncProducer.flush)
     partitions_for = blocking(AsyncProducer.partitions_for)
+    statistics = on_loop(AsyncProducer.statistics)
 
 
 class Consumer(SyncFacade[AsyncConsumer]):
@@ -515,6 +517,7 @@ class Consumer(SyncFacade[AsyncConsumer]):
     resume = on_loop(AsyncConsumer.resume)
     paused = on_loop(AsyncConsumer.paused)
     highwater = on_loop(AsyncConsumer.highwater)
+    statistics = on_loop(AsyncConsumer.statistics)
 
 
 def wrap(factory: Callable[[], T], *, start: bool = False) -> SyncFacade[T]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from kayak.console import groups, messages, overview, schemas, topics
+from kayak.console import broker_metrics, groups, messages, overview, schemas, topics
 from kayak.console.assets import SCRIPT, STYLE
 from kayak.console.cluster import Clients, ClientSettings, broker_settings
 from kayak.console.layout import PREFIX, SCRIPT_PATH, STYLE_PATH
@@ -45,7 +45,7 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{PREFIX}/group/reset", groups.reset_offsets),
         web.get(f"{PREFIX}/schemas", schemas.subject_list),
         web.get(f"{PREFIX}/schemas/subject", schemas.subject_detail),
-        web.get(f"{PREFIX}/pipeline", overview.pipeline_page),
+        web.get(f"{PREFIX}/pipeline", broker_metrics.metrics_page),
     ]
 
 
@@ -79,8 +79,15 @@ def mount(server: WebServer, state: ConsoleState) -> None:
     server.app.middlewares.append(browsers_at_root_to_console)
 
     async def close(app: web.Application) -> None:
+        if state.metrics_history is not None:
+            await state.metrics_history.stop()
         await state.close()
 
+    async def start_sampling(app: web.Application) -> None:
+        if state.metrics_history is not None:
+            state.metrics_history.start()
+
+    server.app.on_startup.append(start_sampling)
     server.app.on_cleanup.append(close)
     server.add_routes(routes())
 
@@ -101,6 +108,10 @@ def broker_state(server: WebServer, config: BrokerConfig, settings: ClientSettin
         registry=RegistryAccess(registry_url, _registry_tls(config)),
         partition_size=_disk_sizes(config.data_dir),
         listeners=_shard_listeners(config),
+        metrics_history=broker_metrics.BrokerMetricsHistory(
+            broker_metrics.published_registry(config)
+        ),
+        pipeline_link=broker_metrics.pipeline_link_reader(config.data_dir),
     )
 
 

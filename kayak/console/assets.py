@@ -58,6 +58,10 @@ button.danger { background:var(--bad); color:#fff; border-color:var(--bad); }
 .badge.warn { background:#fff8c5; color:var(--warn); }
 svg.chart text { font:11px system-ui, sans-serif; fill:var(--fg); }
 svg.chart rect.bar { fill:#4aa3ff; }
+.charts { display:flex; flex-wrap:wrap; gap:12px; margin:8px 0; }
+figure.spark { margin:0; background:#fff; border:1px solid var(--line); padding:8px 10px; }
+figure.spark figcaption { font-size:12px; margin-bottom:4px; }
+figure.spark .series { margin-left:8px; color:var(--muted); white-space:nowrap; }
 .format { color:var(--muted); font-size:11px; }
 .toolbar { margin:8px 0; }
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kayak.console.html import Html, join, render
 
 PREFIX = "/console"
@@ -24,22 +26,27 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def page(title: str, body: Html, *, section: str, user: str | None) -> Html:
-    """A whole HTML document around ``body``."""
+def page(
+    title: str, body: Html, *, section: str, user: str | None,
+    sections: Sequence[tuple[str, str, str]] = SECTIONS, refresh_s: int | None = None,
+) -> Html:  # fmt: skip
+    """A whole HTML document around ``body``; ``sections`` is the navigation bar (another
+    server, such as a pipeline's, has its own); ``refresh_s`` reloads the page that often."""
     navigation = join(
         render('<a href="{}" class="{}">{}</a>', path, "active" if key == section else "", label)
-        for key, label, path in SECTIONS
+        for key, label, path in sections
     )
+    refresh = render('<meta http-equiv="refresh" content="{}">', refresh_s) if refresh_s else ""
     who = render('<span class="user">signed in as {}</span>', user) if user else Html("")
     return render(
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">{}'
         "<title>{} · kayak console</title>"
         '<link rel="stylesheet" href="{}"><script src="{}" defer></script></head>'
         '<body><header><span class="brand">kayak</span><nav>{}</nav>{}</header>'
         '<main><div id="result" role="status"></div>{}</main></body></html>',
-        title, STYLE_PATH, SCRIPT_PATH, navigation, who, body,
+        refresh, title, STYLE_PATH, SCRIPT_PATH, navigation, who, body,
     )  # fmt: skip
 
 

@@ -1,6 +1,5 @@
 """The cluster page: what Metadata / DescribeCluster say (cluster id, controller, brokers or
-shards), whether each broker accepts connections, its listeners and the broker's uptime; and
-the place where pipeline and metrics pages will go."""
+shards), whether each broker accepts connections, its listeners and the broker's uptime."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from aiohttp import web
 
 from kayak.client.admin import BrokerDescription, ClusterDescription
 from kayak.console.cluster import PAGE_TIMEOUT_MS
-from kayak.console.html import Html, definition_list, human_duration, link, render, table
+from kayak.console.html import Html, definition_list, human_duration, render, table
 from kayak.console.layout import PREFIX
 from kayak.console.view import View, page_handler
 
@@ -87,20 +86,6 @@ async def cluster_page(view: View) -> web.StreamResponse:
         len(topics), sum(t.partition_count for t in topics.values()),
     )  # fmt: skip
     return view.html("Cluster", body, section="cluster")
-
-
-@page_handler("pipeline")
-async def pipeline_page(view: View) -> web.StreamResponse:
-    """Where the pipeline's tables (lag, latency, last verification) and the metrics charts
-    will be shown once the metrics exist. It says so; it shows nothing made up."""
-    body = render(
-        "<h1>Pipeline &amp; metrics</h1>"
-        '<p class="note" id="not-yet">Not built yet. This page will show the pipeline\'s '
-        "tables with their lag and latency charts and the last verification, and the broker's "
-        "metrics as small charts, from the metrics endpoint. Until then: {} (when served).</p>",
-        link("/metrics", "/metrics"),
-    )
-    return view.html("Pipeline & metrics", body, section="pipeline")
 
 
 async def home(request: web.Request) -> web.StreamResponse:

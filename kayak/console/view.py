@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -22,6 +22,9 @@ from kayak.console.html import Html
 from kayak.console.layout import CONTENT_SECURITY_POLICY, error_body, page
 from kayak.console.registry import RegistryAccess, RegistryUnavailableError
 from kayak.errors import KayakError, UnknownTopicOrPartitionError
+
+if TYPE_CHECKING:
+    from kayak.console.broker_metrics import BrokerMetricsHistory
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ class ConsoleState:
     # every shard's listeners as registered, when inside the broker
     listeners: ListenerFacts | None = None
     started: float = field(default_factory=time.time)
+    # the broker's metrics sampled for the charts (kayak.console.broker_metrics), when inside
+    # the broker; and the address of a pipeline's page when a pipeline runs on this broker
+    metrics_history: BrokerMetricsHistory | None = None
+    pipeline_link: Callable[[], str | None] | None = None
     csrf_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
     def csrf_token(self, login: Login | None) -> str:
@@ -86,9 +93,13 @@ class View:
 
         return lookup
 
-    def html(self, title: str, body: Html, *, section: str, status: int = 200) -> web.Response:
+    def html(
+        self, title: str, body: Html, *, section: str, status: int = 200,
+        refresh_s: int | None = None,
+    ) -> web.Response:  # fmt: skip
         user = self.login.user if self.login is not None else None
-        return html_response(page(title, body, section=section, user=user), status)
+        document = page(title, body, section=section, user=user, refresh_s=refresh_s)
+        return html_response(document, status)
 
 
 def html_response(document: str, status: int = 200) -> web.Response:

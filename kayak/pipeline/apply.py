@@ -1,14 +1,18 @@
-"""Applying a micro-batch in Spark's executors: each task writes its share of the keys.
+"""Applying a micro-batch in Spark's executors: each task decodes and writes its records.
 
-The driver only plans: per micro-batch it asks Spark to keep the latest change of every key
-(a shuffle by table and key) and runs :func:`apply_partitions` over the result with
-``mapInArrow``. Each task then, in the Python worker that runs it,
+The driver only plans: per micro-batch it runs :func:`apply_partitions` over the batch's raw
+records with ``mapInArrow`` (on a cluster, first spread by table and key over the executors;
+one task in ``local`` mode and for a SQLite target). Each task then, in the Python worker that
+runs it,
 
+- decodes its records (:mod:`~kayak.pipeline.decode`) and keeps the latest change of every
+  key, in one pass, with no text form of a row in between,
 - opens the target by URL (once per worker process: workers are reused between tasks),
 - makes sure each table it writes exists in the shape of the change's schema, evolving it
   for a schema change (:mod:`~kayak.pipeline.targets.evolve`; targets serialise that DDL,
   as several tasks may meet a new table at once),
-- applies TRUNCATEs (order-free: see :mod:`~kayak.pipeline.targets.base`),
+- applies TRUNCATEs (order-free: see :mod:`~kayak.pipeline.targets.base`), including the one
+  that ends a table's snapshot,
 - applies each table's changes in one transaction guarded by source position, so a retried
   task or a replayed micro-batch changes nothing,
 - sends undecodable records to the dead-letter topic,
@@ -34,7 +38,14 @@ import pyarrow as pa
 
 from kayak.cdc.change import Row, TableSchema
 from kayak.errors import KayakError
-from kayak.pipeline.decode import ChangeDecoder, key_from_json, row_from_json
+from kayak.pipeline.decode import (
+    ChangeDecoder,
+    DecodedChange,
+    UndecodableRecord,
+    changes_by_schema,
+    decode_records,
+    latest_per_key,
+)
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.session import parent_of
 from kayak.pipeline.targets import AppliedChange, Target
@@ -53,19 +64,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# One row per task: what it applied, where (the executor's id, "driver" in local mode), and
-# its latencies as histogram bucket counts (JSON).
+# One row per task: what it applied (in all and per table, as JSON), where (the executor's
+# id, "driver" in local mode), and its latencies as histogram bucket counts (JSON).
 APPLY_STATS_SCHEMA = (
-    "changes long, applied long, dead_lettered long, latency string, executor string"
+    "changes long, applied long, dead_lettered long, latency string, executor string, "
+    "tables string"
 )
 _STATS_ARROW = pa.schema(
     [("changes", pa.int64()), ("applied", pa.int64()), ("dead_lettered", pa.int64()),
-     ("latency", pa.string()), ("executor", pa.string())]
-)  # fmt: skip
-
-_LATEST_COLUMNS = (
-    "topic", "n", "key", "op", "pos", "ts_ms", "schema_id", "row", "error", "partition",
-    "offset", "raw_key", "raw_value",
+     ("latency", pa.string()), ("executor", pa.string()), ("tables", pa.string())]
 )  # fmt: skip
 
 
@@ -88,10 +95,10 @@ class ApplySettings:
 
 
 class ChangeApplier:
-    """Applies decoded changes (rows of :data:`~kayak.pipeline.decode.DECODED_SCHEMA`, the
-    latest per key, and TRUNCATEs) to a target: each schema's table made sure of (created,
-    or evolved to it: :mod:`~kayak.pipeline.targets.evolve`) once, then one transaction per
-    table guarded by source position."""
+    """Applies decoded changes (the latest per key, and TRUNCATEs) to a target: each
+    schema's table made sure of (created, or evolved to it:
+    :mod:`~kayak.pipeline.targets.evolve`) once, then one transaction per table guarded by
+    source position."""
 
     def __init__(self, target: Target, decoder: ChangeDecoder) -> None:
         self.target = target
@@ -124,24 +131,25 @@ class ChangeApplier:
         self._written[schema_id] = (written, mapping)
         return written, mapping
 
-    def apply(self, rows: Sequence[dict[str, Any]], latency: LatencyHistogram | None = None) -> int:
-        """Apply ``rows`` (none of them undecodable); the number of changes applied."""
-        by_schema: dict[int, list[dict[str, Any]]] = {}
-        truncates = []
-        for row in rows:
-            if row["op"] == "t":
-                truncates.append(row)
-            else:
-                by_schema.setdefault(row["schema_id"], []).append(row)
-        applied = sum(self._truncate(r["schema_id"], r["pos"])
-                      for r in sorted(truncates, key=lambda r: r["pos"]))  # fmt: skip
-        for schema_id, group in sorted(by_schema.items()):
-            position = max(r["pos"] for r in group)
+    def apply(
+        self, changes: Sequence[DecodedChange], latency: LatencyHistogram | None = None,
+        applied_by_table: dict[str, int] | None = None,
+    ) -> int:  # fmt: skip
+        """Apply ``changes`` (the latest per key, and TRUNCATEs: :func:`latest_per_key`);
+        the number of changes applied, also added up per table in ``applied_by_table``."""
+        truncates = sorted((c for c in changes if c.key is None), key=lambda c: c.position)
+        applied = 0
+        for truncate in truncates:
+            done = self._truncate(truncate.schema_id, truncate.position)
+            applied += done
+            _count(applied_by_table, self.decoder.table(truncate.schema_id), done)
+        for schema_id, group in sorted(changes_by_schema(changes).items()):
+            position = max(c.position for c in group)
             for again in (False, True):
                 table, mapping = self._prepare(schema_id, position, again=again)
-                changes = [_applied_change(table, mapping, r) for r in group]
+                written = [_applied_change(table, mapping, c) for c in group]
                 try:
-                    applied += self.target.apply(table, changes)
+                    done = self.target.apply(table, written)
                     break
                 except Exception as exc:
                     if not again:
@@ -151,11 +159,13 @@ class ChangeApplier:
                         log.info("apply to %s failed (%s); checking its schema again",
                                  table.qualified_name, one_line(exc))  # fmt: skip
                         continue
-                    raise ApplyError(_describe_failure(table, changes, exc)) from exc
+                    raise ApplyError(_describe_failure(table, written, exc)) from exc
+            applied += done
+            _count(applied_by_table, table, done)
             if latency is not None:
                 now_ms = time.time_ns() // 1_000_000
                 # Snapshot rows carry the snapshot's time, not a commit: no latency to report.
-                latency.extend(now_ms - c.ts_ms for c in changes if c.op != "r")
+                latency.extend(now_ms - c.ts_ms for c in group if c.op != "r")
         return applied
 
     def _truncate(self, schema_id: int, position: str) -> int:
@@ -213,22 +223,32 @@ def _state(settings: ApplySettings) -> _WorkerState:
 def apply_partitions(
     batches: Iterator[pa.RecordBatch], settings: ApplySettings
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: latest changes per key in, one row of counts out."""
+    """The ``mapInArrow`` function: raw records (key, value, topic, partition, offset) in,
+    one row of counts out (:data:`APPLY_STATS_SCHEMA`). A key's changes must all reach the
+    same task (the job plans it so), or the latest of them would not be found."""
     state = _state(settings)
-    rows: list[dict[str, Any]] = []
+    changes: list[DecodedChange] = []
+    bad: list[UndecodableRecord] = []
     for batch in batches:
-        rows.extend(batch.select(list(_LATEST_COLUMNS)).to_pylist())
-    bad = [r for r in rows if r["error"] is not None]
+        decoded, undecodable = decode_records(state.applier.decoder, batch)
+        changes.extend(decoded)
+        bad.extend(undecodable)
     if bad:
         _dead_letter(state, bad)
     latency = LatencyHistogram()
-    applied = state.applier.apply([r for r in rows if r["error"] is None], latency)
-    changes = sum(r["n"] for r in rows) - len(bad)
+    by_table: dict[str, int] = {}
+    applied = state.applier.apply(latest_per_key(changes), latency, by_table)
     yield pa.RecordBatch.from_pylist(
-        [{"changes": changes, "applied": applied, "dead_lettered": len(bad),
-          "latency": json.dumps(latency.counts), "executor": executor_id()}],
+        [{"changes": len(changes), "applied": applied, "dead_lettered": len(bad),
+          "latency": json.dumps(latency.counts), "executor": executor_id(),
+          "tables": json.dumps(by_table)}],
         schema=_STATS_ARROW,
     )  # fmt: skip
+
+
+def _count(counts: dict[str, int] | None, table: TableSchema, applied: int) -> None:
+    if counts is not None and applied:
+        counts[table.qualified_name] = counts.get(table.qualified_name, 0) + applied
 
 
 @functools.cache
@@ -256,16 +276,15 @@ def executor_id() -> str:
 
 
 def _applied_change(
-    table: TableSchema, mapping: dict[str, str] | None, row: dict[str, Any]
+    table: TableSchema, mapping: dict[str, str] | None, change: DecodedChange
 ) -> AppliedChange:
-    """A decoded row as a change of ``table`` (the table as written: ``mapping`` renames the
-    source's columns to the target's and leaves out those the target does not have)."""
-    key_values = key_from_json(row["key"])
-    key: Row = dict(zip(table.key, key_values, strict=True))
-    after = row_from_json(row["row"]) if row["row"] is not None else None
+    """A decoded change as a change of ``table`` (the table as written: ``mapping`` renames
+    the source's columns to the target's and leaves out those the target does not have)."""
+    key: Row = dict(zip(table.key, change.key_values, strict=True))
+    after = change.after
     if after is not None and mapping is not None:
         after = {mapping[name]: value for name, value in after.items() if name in mapping}
-    return AppliedChange(row["op"], key, after, row["pos"], row["ts_ms"])
+    return AppliedChange(change.op, key, after, change.position, change.ts_ms, change.key or "")
 
 
 def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc: Exception) -> str:
@@ -294,21 +313,21 @@ def one_line(error: BaseException | str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _dead_letter(state: _WorkerState, rows: Sequence[dict[str, Any]]) -> None:
+def _dead_letter(state: _WorkerState, records: Sequence[UndecodableRecord]) -> None:
     producer = state.producer()
     topic = state.settings.dead_letter_topic
     futures = []
-    for r in rows:
+    for r in records:
         log.error(
             "undecodable record %s[%d]@%d sent to dead-letter topic %s: %s",
-            r["topic"], r["partition"], r["offset"], topic, r["error"],
+            r.topic, r.partition, r.offset, topic, r.error,
         )  # fmt: skip
         headers = [
-            ("kayak.error", r["error"].encode()),
-            ("kayak.topic", r["topic"].encode()),
-            ("kayak.partition", str(r["partition"]).encode()),
-            ("kayak.offset", str(r["offset"]).encode()),
+            ("kayak.error", r.error.encode()),
+            ("kayak.topic", r.topic.encode()),
+            ("kayak.partition", str(r.partition).encode()),
+            ("kayak.offset", str(r.offset).encode()),
         ]
-        futures.append(producer.send(topic, r["raw_value"], key=r["raw_key"], headers=headers))
+        futures.append(producer.send(topic, r.raw_value, key=r.raw_key, headers=headers))
     for future in futures:
         future.result()

@@ -1,80 +1,71 @@
-"""Decoding change events inside Spark: Avro (via the registry) to one generic row shape.
+"""Decoding change events inside Spark's executors: Confluent-framed Avro to changes.
 
-Runs in Spark's Python workers through ``mapInArrow``: Arrow batches of raw records in, Arrow
-batches of decoded changes out, so tables of any shape share one Spark schema. A record that
-cannot be decoded is not dropped: it comes out with ``error`` set and its raw key and value, for
-the dead-letter topic.
+Runs in the Python worker that applies a micro-batch (:mod:`kayak.pipeline.apply`): Arrow
+batches of raw records in, :class:`DecodedChange` values out, each holding its row image as
+the Python values Avro decoding gave (no text form in between). A record that cannot be
+decoded is not dropped: it comes out as an :class:`UndecodableRecord` with its raw key and
+value, for the dead-letter topic.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from kayak.cdc.change import Row, TableSchema
+from kayak.cdc.change import Row, TableSchema, snapshot_floor
 from kayak.cdc.envelope import table_schema_from_avro
 from kayak.pipeline.targets.base import key_text
 from kayak.pipeline.transient import RetryPolicy, call_with_retries, is_transient
 from kayak.serde import AvroDeserializer, SchemaRegistryClient
 
-__all__ = ["DECODED_SCHEMA", "decode_batches", "key_from_json", "row_from_json", "row_to_json"]
+__all__ = [
+    "ChangeDecoder",
+    "DecodedChange",
+    "UndecodableRecord",
+    "decode_records",
+    "latest_per_key",
+]
 
 log = logging.getLogger(__name__)
 
-DECODED_SCHEMA = (
-    "topic string, partition int, offset long, key string, op string, pos string, "
-    "ts_ms long, schema_id int, row string, error string, raw_key binary, raw_value binary"
-)
-
-_ARROW_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("key", pa.string()),
-        ("op", pa.string()),
-        ("pos", pa.string()),
-        ("ts_ms", pa.int64()),
-        ("schema_id", pa.int32()),
-        ("row", pa.string()),
-        ("error", pa.string()),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
-    ]
-)
+# Debezium's markers on the final snapshot row of a table, and of the whole snapshot.
+_SNAPSHOT_ENDS = frozenset({"last_in_data_collection", "last"})
+_RAW_COLUMNS = ("key", "value", "topic", "partition", "offset")
+_REGISTRY_RETRY = RetryPolicy()
 
 
-def _tag(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"$b": bytes(value).hex()}
-    raise TypeError(f"cannot carry {type(value).__name__}")
+@dataclass(slots=True)
+class DecodedChange:
+    """One change event: ``key`` is the key's canonical text (None for a TRUNCATE, op
+    ``t``), ``key_values`` the key columns' values in key order, ``after`` the row image to
+    write (None for a delete or a TRUNCATE), ``snapshot`` Debezium's ``source.snapshot``."""
+
+    topic: str
+    schema_id: int
+    key: str | None
+    key_values: tuple[Any, ...]
+    op: str
+    position: str
+    ts_ms: int
+    after: Row | None
+    snapshot: str = "false"
 
 
-def _untag(obj: dict[str, Any]) -> Any:
-    if len(obj) == 1 and "$b" in obj:
-        return bytes.fromhex(obj["$b"])
-    return obj
+@dataclass(frozen=True, slots=True)
+class UndecodableRecord:
+    """A record that is not a change event this pipeline can read, and why."""
 
-
-def row_to_json(row: Row) -> str:
-    """A row image as JSON text (bytes as ``{"$b": hex}``), exact for every column type."""
-    return json.dumps(row, default=_tag, separators=(",", ":"), ensure_ascii=False)
-
-
-def key_from_json(text: str) -> list[Any]:
-    """A key's values from its canonical text (:func:`~kayak.pipeline.targets.key_text`)."""
-    values: list[Any] = json.loads(text, object_hook=_untag)
-    return values
-
-
-def row_from_json(text: str) -> Row:
-    row: Row = json.loads(text, object_hook=_untag)
-    return row
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    raw_key: bytes | None
+    raw_value: bytes | None
 
 
 class ChangeDecoder:
@@ -96,67 +87,86 @@ class ChangeDecoder:
             table = self._tables[schema_id] = table_schema_from_avro(self.schema(schema_id))
         return table
 
-    def decode(self, value: bytes) -> tuple[str | None, str, str, int, int, str | None]:
-        """``(key text, op, position, source ts_ms, schema id, after-row JSON or None)``; a
-        TRUNCATE (op ``t``) has no key and no row."""
+    def decode(self, topic: str, value: bytes) -> DecodedChange:
+        """One event value as a change of ``topic``; ValueError (or the deserializer's
+        error) when it is not a change event."""
         schema_id, event = self._deserializer.deserialize_with_id(value)
         table = self.table(schema_id)
         op = event["op"]
         source = event["source"]
         if op == "t":
-            return None, op, source["pos"], source["ts_ms"], schema_id, None
-        image = event["after"] if event["after"] is not None else event["before"]
+            return DecodedChange(topic, schema_id, None, (), op, source["pos"], source["ts_ms"],
+                                 None, source.get("snapshot", "false"))  # fmt: skip
+        after = event["after"]
+        image = after if after is not None else event["before"]
         if op not in ("c", "u", "d", "r") or image is None:
             raise ValueError(f"not a change event: op={op!r}, no row image")
-        after = event["after"]
-        return (
-            key_text(table, table.key_of(image)),
-            op,
-            source["pos"],
-            source["ts_ms"],
-            schema_id,
-            row_to_json(after) if after is not None and op != "d" else None,
-        )
+        key_values = tuple(image[k] for k in table.key)
+        return DecodedChange(
+            topic, schema_id, key_text(table, image), key_values, op, source["pos"],
+            source["ts_ms"], after if op != "d" else None, source.get("snapshot", "false"),
+        )  # fmt: skip
 
 
-_decoders: dict[str, ChangeDecoder] = {}
-_REGISTRY_RETRY = RetryPolicy()
-
-
-def decode_batches(batches: Iterator[pa.RecordBatch], registry_url: str) -> Iterator[Any]:
-    """The ``mapInArrow`` function: raw records (key, value, topic, partition, offset) to
-    :data:`DECODED_SCHEMA`. Tombstones (null values) carry nothing to apply and are skipped."""
-    decoder = _decoders.get(registry_url)
-    if decoder is None:
-        decoder = _decoders[registry_url] = ChangeDecoder(registry_url)
-    for batch in batches:
-        columns: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        topics = batch.column("topic").to_pylist()
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        for raw_key, raw_value, topic, partition, offset in zip(
-            keys, values, topics, partitions, offsets, strict=True
-        ):
-            if raw_value is None:
-                continue
-            decoded: tuple[Any, ...]
-            try:
-                # A registry that does not answer (restarting with its broker) is waited for.
-                fields = call_with_retries(
-                    functools.partial(decoder.decode, raw_value), policy=_REGISTRY_RETRY,
-                    what=f"decoding {topic}[{partition}]@{offset}",
-                )  # fmt: skip
-                decoded = (*fields, None, None, None)
-            except Exception as e:
-                if is_transient(e):
-                    raise  # it stayed away: stop, rather than dead-letter a good record
+def decode_records(
+    decoder: ChangeDecoder, batch: pa.RecordBatch
+) -> tuple[list[DecodedChange], list[UndecodableRecord]]:
+    """The changes in ``batch`` (raw records: key, value, topic, partition, offset), and the
+    records that are not changes. Tombstones (null values) carry nothing and are skipped."""
+    changes: list[DecodedChange] = []
+    bad: list[UndecodableRecord] = []
+    columns = [batch.column(name).to_pylist() for name in _RAW_COLUMNS]
+    decode = decoder.decode
+    for raw_key, raw_value, topic, partition, offset in zip(*columns, strict=True):
+        if raw_value is None:
+            continue
+        try:
+            changes.append(decode(topic, raw_value))
+        except Exception as e:
+            if not is_transient(e):
                 # any undecodable record goes to the dead-letter topic
-                error = f"{type(e).__name__}: {e}"
-                decoded = (None, None, None, None, None, None, error, raw_key, raw_value)
-            for name, v in zip(
-                _ARROW_SCHEMA.names, (topic, partition, offset, *decoded), strict=True
-            ):
-                columns[name].append(v)
-        yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
+                bad.append(UndecodableRecord(topic, partition, offset,
+                                             f"{type(e).__name__}: {e}", raw_key, raw_value))
+                continue
+            # A registry that does not answer (restarting with its broker) is waited for; if
+            # it stays away, stop rather than dead-letter a good record.
+            changes.append(call_with_retries(
+                functools.partial(decode, topic, raw_value), policy=_REGISTRY_RETRY,
+                what=f"decoding {topic}[{partition}]@{offset}",
+            ))  # fmt: skip
+    return changes, bad
+
+
+def latest_per_key(changes: Iterable[DecodedChange]) -> list[DecodedChange]:
+    """What a micro-batch applies: the latest change (by source position) of every key of
+    every topic, every TRUNCATE, and for each table whose snapshot ended here, a TRUNCATE just
+    below that snapshot (so rows the snapshot did not see, deleted while capture was down,
+    go; see :func:`~kayak.cdc.change.snapshot_floor`). Positions of one key are unique, and
+    the result does not depend on the order of ``changes``."""
+    latest: dict[tuple[str, str], DecodedChange] = {}
+    truncates: list[DecodedChange] = []
+    for change in changes:
+        key = change.key
+        if key is None:
+            truncates.append(change)
+            continue
+        if change.snapshot in _SNAPSHOT_ENDS:
+            truncates.append(_snapshot_end(change))
+        seen = latest.get((change.topic, key))
+        if seen is None or change.position > seen.position:
+            latest[change.topic, key] = change
+    return [*truncates, *latest.values()]
+
+
+def _snapshot_end(change: DecodedChange) -> DecodedChange:
+    return DecodedChange(change.topic, change.schema_id, None, (), "t",
+                         snapshot_floor(change.position), change.ts_ms, None, change.snapshot)
+
+
+def changes_by_schema(changes: Sequence[DecodedChange]) -> dict[int, list[DecodedChange]]:
+    """Row changes grouped by writer schema (TRUNCATEs left out)."""
+    groups: dict[int, list[DecodedChange]] = {}
+    for change in changes:
+        if change.key is not None:
+            groups.setdefault(change.schema_id, []).append(change)
+    return groups

@@ -1,13 +1,16 @@
 """The replication job: change topics → Spark Structured Streaming → a target database.
 
-Per micro-batch: Spark reads the change topics with kayak's data source, decodes the events in
-its workers (:mod:`kayak.pipeline.decode`), keeps the latest change of every key by source
-position (``max_by``, a shuffle by table and key), and its executors apply those to the target,
-each task its share of the keys in one transaction per table guarded by position
-(:mod:`kayak.pipeline.apply`). The driver only plans and adds up the counts the tasks return.
-Spark's checkpoint holds the offsets, so a restarted query resumes where it stopped; a replayed
-batch changes nothing in the target. Records that cannot be decoded go to a dead-letter topic
-with the reason in their headers.
+Per micro-batch the driver plans one Spark stage: the change topics' new records, read with
+kayak's data source, go to :func:`~kayak.pipeline.apply.apply_partitions` in the executors'
+Python workers, which decode them, keep the latest change of every key by source position and
+apply those to the target, each task its share of the keys in one transaction per table
+guarded by position. A key's changes must meet in one task: they do within one change-topic
+partition (the capture keys its records), and the job keeps partitions whole, or on a cluster
+spreads the records by table and key first (a shuffle of raw bytes) so that every executor
+writes. The driver only adds up the counts the tasks return. Spark's checkpoint holds the
+offsets, so a restarted query resumes where it stopped; a replayed batch changes nothing in
+the target. Records that cannot be decoded go to a dead-letter topic with the reason in their
+headers.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kayak.pipeline.apply import APPLY_STATS_SCHEMA, ApplySettings, apply_partitions
-from kayak.pipeline.decode import DECODED_SCHEMA, decode_batches
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.transient import RetryPolicy
 
@@ -63,6 +65,8 @@ class ReplicationStats:
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     # Changes applied per executor id ("driver" when tasks run in the driver, as in local[N]).
     writers: dict[str, int] = field(default_factory=dict)
+    # Changes applied per table (schema.table).
+    applied_by_table: dict[str, int] = field(default_factory=dict)
     # The last micro-batch that held changes: how many, how long its Spark job took (read,
     # decode, keep the latest per key, apply), and the largest source commit → target commit
     # latency among its applied changes (None: only snapshot rows, which have no commit time).
@@ -94,6 +98,9 @@ class ReplicationJob:
         )
         self._lock = threading.Lock()
         self.query: Any = None
+        context = spark.sparkContext
+        self._local = str(context.master).startswith("local")
+        self._spread_partitions = max(2, int(context.defaultParallelism))
 
     def start(self) -> Any:
         """Start the streaming query; returns it (``StreamingQuery``)."""
@@ -111,15 +118,9 @@ class ReplicationJob:
             reader = reader.option("maxOffsetsPerTrigger", str(s.max_offsets_per_trigger))
         for name, value in s.client_options.items():
             reader = reader.option(f"kafka.{name}", value)
-        decoded = (
-            reader.load()
-            .select("key", "value", "topic", "partition", "offset")
-            .mapInArrow(
-                functools.partial(decode_batches, registry_url=s.registry_url), DECODED_SCHEMA
-            )
-        )
+        records = reader.load().select("key", "value", "topic", "partition", "offset")
         writer = (
-            decoded.writeStream.foreachBatch(self._process_batch)
+            records.writeStream.foreachBatch(self._process_batch)
             .option("checkpointLocation", s.checkpoint_dir)
             .queryName("kayak-replication")
         )
@@ -129,34 +130,18 @@ class ReplicationJob:
         return self.query
 
     def _process_batch(self, batch: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
-        # One Spark job per micro-batch: changes grouped by key keep only the latest (by
-        # source position); an undecodable record is its own group (keyed by its offset), so
-        # it comes through whole, for the dead-letter topic. The groups' shuffle partitions
-        # (by table and key) are applied by the executors; only counts come back.
-        group_key = F.coalesce(
-            F.col("key"), F.concat_ws("/", F.lit("!"), "topic", "partition", "offset")
-        )
-        latest = (
-            batch.groupBy("topic", group_key.alias("group_key"))
-            .agg(
-                F.max_by(
-                    F.struct("key", "op", "pos", "ts_ms", "schema_id", "row", "error",
-                             "partition", "offset", "raw_key", "raw_value"),
-                    F.coalesce("pos", F.lit("")),
-                ).alias("c"),
-                F.count("*").alias("n"),
-            )
-            .select("topic", "n", "c.*")
-        )  # fmt: skip
-        if self.settings.target_url.startswith("sqlite:"):
-            # One file, one writer at a time: parallel tasks would only queue on its lock
-            # (SQLite's busy handler sleeps in steps of up to 100 ms).
-            latest = latest.coalesce(1)
+        if self.settings.target_url.startswith("sqlite:") or self._local:
+            # One task: a SQLite file takes one writer at a time (parallel tasks would only
+            # queue on its lock), and in local mode the machine's cores are busy with the
+            # source and its capture; one task also keeps every key's changes together.
+            batch = batch.coalesce(1)
+        else:
+            # On a cluster: spread the records by table and key, so that each executor
+            # writes its share and a key's changes meet in one task.
+            batch = batch.repartition(self._spread_partitions, "topic", "key")
         apply = functools.partial(apply_partitions, settings=self._apply_settings)
-        counts = latest.mapInArrow(apply, APPLY_STATS_SCHEMA).collect()
+        counts = batch.mapInArrow(apply, APPLY_STATS_SCHEMA).collect()
         took_s = time.monotonic() - started
         batch_latency = LatencyHistogram()
         with self._lock:
@@ -170,6 +155,8 @@ class ReplicationJob:
                 if row["applied"]:
                     executor = row["executor"]
                     stats.writers[executor] = stats.writers.get(executor, 0) + row["applied"]
+                for table, applied in json.loads(row["tables"]).items():
+                    stats.applied_by_table[table] = stats.applied_by_table.get(table, 0) + applied
             stats.latency.merge(batch_latency)
             in_batch = sum(row["changes"] + row["dead_lettered"] for row in counts)
             if in_batch:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["LatencyHistogram"]
+__all__ = ["LatencyHistogram", "upper_bound_ms"]
 
 _SUB_BUCKETS = 32  # per doubling: relative error 2**(1/32) - 1 ≈ 2.2 %
 _LINEAR_BELOW = 32  # 0..31 ms each get a bucket of their own (exact)
@@ -26,7 +26,7 @@ def _bucket(value_ms: int) -> int:
     return min(_LINEAR_BELOW + int(exponent * _SUB_BUCKETS), _BUCKETS - 1)
 
 
-def _upper_bound(bucket: int) -> float:
+def upper_bound_ms(bucket: int) -> float:
     """The largest value (ms) a bucket holds, which a percentile reports."""
     if bucket < _LINEAR_BELOW:
         return float(bucket)
@@ -74,5 +74,5 @@ class LatencyHistogram:
         for bucket in sorted(self.counts):
             seen += self.counts[bucket]
             if seen > rank:
-                return _upper_bound(bucket)
-        return _upper_bound(max(self.counts))
+                return upper_bound_ms(bucket)
+        return upper_bound_ms(max(self.counts))

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from kayak.cdc.capture import CaptureLoop
 from kayak.cdc.change import Row, TableSchema
@@ -38,6 +38,7 @@ from kayak.errors import KayakError
 from kayak.pipeline.apply import one_line
 from kayak.pipeline.embedded import EmbeddedBroker
 from kayak.pipeline.job import ReplicationJob, ReplicationSettings
+from kayak.pipeline.metrics import VerificationRecord
 from kayak.pipeline.targets import Target
 from kayak.pipeline.topics import topic_ensurer
 from kayak.pipeline.transient import (
@@ -47,6 +48,9 @@ from kayak.pipeline.transient import (
     call_with_retries,
 )
 from kayak.pipeline.verify import Verification, verify_table
+
+if TYPE_CHECKING:
+    from kayak.console.pipeline import PipelineConsole
 
 __all__ = [
     "Pipeline",
@@ -208,6 +212,10 @@ class PipelineSpec:
     client_options: dict[str, str] = field(default_factory=dict)
     # How long a transient source or target failure is retried before the pipeline stops.
     retry_timeout_s: float = DEFAULT_GIVE_UP_AFTER_S
+    # The pipeline's own web server (/metrics and its console page): None = none; 0 = an
+    # ephemeral port (see Pipeline.metrics_url).
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -308,6 +316,9 @@ class Pipeline:
         self._idle = threading.Condition()
         self._producer: Any = None
         self._admin: Any = None
+        # -- metrics: what the pipeline's web server reads (kayak.pipeline.metrics) --
+        self.console: PipelineConsole | None = None
+        self.last_verification: VerificationRecord | None = VerificationRecord.load(spec.work_dir)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -358,6 +369,7 @@ class Pipeline:
             ensure_topic(topic)
         self._thread = threading.Thread(target=self._capture_forever, name="kayak-capture")
         self._thread.start()
+        self._start_console()  # before Spark's start, so its page shows the capture meanwhile
         if self._spark is None:
             if self._spark_factory is None:
                 from kayak.pipeline.session import local_spark
@@ -380,6 +392,36 @@ class Pipeline:
         self.job = ReplicationJob(self._spark, settings)
         self.job.start()
         return self
+
+    # -- the pipeline's web server (/metrics and its page) ----------------------------------
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The address of the pipeline's page (``/metrics`` below it) while it serves one."""
+        return self.console.url if self.console is not None else None
+
+    def _start_console(self) -> None:
+        spec = self.spec
+        if spec.metrics_port is None:
+            return
+        from kayak.console.pipeline import PipelineConsole, without_password
+        from kayak.pipeline.metrics import BacklogProbe
+
+        assert self.source is not None
+        facts = {
+            "Source": without_password(spec.source), "Target": without_password(spec.target),
+            "Broker": self.bootstrap_servers,
+            "Started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }  # fmt: skip
+        self.console = PipelineConsole(
+            self, host=spec.metrics_host, port=spec.metrics_port, prefix=spec.prefix,
+            tables=[t.qualified_name for t in self.source.tables()], facts=facts,
+            backlog=BacklogProbe(self.bootstrap_servers, spec.client_options),
+            broker_console=f"{self.registry_url}/console/" if self.broker else None,
+            link_dir=self.broker.data_dir if self.broker else None,
+        ).start()  # fmt: skip
+
+    # -- capture ---------------------------------------------------------------------------
 
     def _capture_forever(self) -> None:
         assert self.capture is not None
@@ -474,12 +516,24 @@ class Pipeline:
                 what=f"reading the generated columns of {name}", policy=policy,
             )  # fmt: skip
             verifications.append(verification)
+        self._record_verification(verifications)
         return verifications
+
+    def _record_verification(self, verifications: list[Verification]) -> None:
+        """For the metrics and the page, of this run and (kept in the work directory) the
+        next one's."""
+        self.last_verification = VerificationRecord.of(verifications)
+        try:
+            self.last_verification.save(self.spec.work_dir)
+        except OSError as e:
+            log.warning("could not keep the verification in %s: %s", self.spec.work_dir, e)
 
     def close(self) -> None:
         """Stop everything started, in order; a part that fails to stop is logged and the
         rest are still stopped (above all the embedded broker process)."""
         self._stop.set()
+        if self.console is not None:
+            self.console.stop()
         if self._thread is not None:
             self._thread.join(30)
         closers: list[Callable[[], None]] = []

@@ -15,6 +15,10 @@ text (:func:`values_equal`):
 * ``json``/``jsonb``: the same document (object key order and spacing ignored, numbers
   compared as exact decimals); arrays (``integer[]``…): the same bounds and elements, each
   compared by its element type.
+* a PostgreSQL domain: by its base type's semantics; an enum or composite: the same text.
+* SQLite's untyped columns (``ANY``): the same value *and* the same type (SQLite's
+  ``typeof()``: an integer never equals a real or a text); against a PostgreSQL target, which
+  holds them as text (:class:`~kayak.pipeline.targets.types.TextForm`), the same text form.
 * anything else: the same value (text, bytes, integers, booleans).
 
 A difference names the table, the key and the columns that differ (:meth:`Difference.line`).
@@ -32,7 +36,13 @@ from typing import Any
 
 from kayak.cdc.change import Column, ColumnType, Row, TableSchema
 from kayak.pipeline.targets.base import Target, key_text
-from kayak.pipeline.targets.types import PgType, TypeSyntaxError, parse_pg_type
+from kayak.pipeline.targets.types import (
+    PgType,
+    TextForm,
+    TypeSyntaxError,
+    any_text_form,
+    parse_pg_type,
+)
 
 __all__ = ["Difference", "Verification", "compare_rows", "values_equal", "verify_table"]
 
@@ -130,9 +140,24 @@ def values_equal(column: Column, a: Any, b: Any) -> bool:
 def equality(column: Column) -> Equality:
     """The equality of a column's values (NULL equals NULL here: both sides lack a value)."""
     same = _KIND_EQUALITY.get(column.type)
+    if same is None and column.user_type is not None:
+        same = _user_type_equality(column)
     if same is None:  # STRING: the declared type says what the text is
         same = _text_equality(_declared(column.source_type))
     return _null_safe(same)
+
+
+def _user_type_equality(column: Column) -> Equality | None:
+    """A domain's values compare as its base type's (None: compare as the text they are)."""
+    user_type = column.user_type
+    if user_type is None or user_type.kind != "domain":
+        return None
+    base = _declared(user_type.base)
+    if base is None:
+        return None
+    if user_type.dimensions:
+        return _array_equality(base)
+    return _text_equality(base)
 
 
 def _null_safe(same: Equality) -> Equality:
@@ -222,6 +247,20 @@ def _texts_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _any_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, TextForm) or isinstance(b, TextForm):
+        return any_text_form(a) == any_text_form(b)
+    if isinstance(a, memoryview | bytearray):
+        a = bytes(a)
+    if isinstance(b, memoryview | bytearray):
+        b = bytes(b)
+    if type(a) is not type(b):
+        return False  # SQLite's typeof() differs: 1 is not 1.0 is not '1'
+    if isinstance(a, float):
+        return _floats_equal(a, b)
+    return bool(a == b)
+
+
 _KIND_EQUALITY: dict[ColumnType, Equality] = {
     ColumnType.BOOLEAN: _booleans_equal,
     ColumnType.INT: _integers_equal,
@@ -229,6 +268,7 @@ _KIND_EQUALITY: dict[ColumnType, Equality] = {
     ColumnType.DOUBLE: _floats_equal,
     ColumnType.DECIMAL: _decimals_equal,
     ColumnType.BYTES: _bytes_equal,
+    ColumnType.ANY: _any_equal,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,3 +328,46 @@ def test_topic_actions_create_add_partitions_edit_config_and_delete(console: Con
 
 def _config(console: Console, name: str) -> list[str]:
     return next(row for row in _rows(console, "configs") if row[0] == name)
+
+
+def test_pipeline_page_and_broker_metrics_charts(console: Console) -> None:
+    """A pipeline's own page (its server, fed by real counters without Spark) shows its table
+    and charts; the broker's "Pipeline & metrics" page links to it and draws its charts."""
+    from types import SimpleNamespace
+
+    from kayak.cdc.capture import CaptureStats
+    from kayak.console.pipeline import PipelineConsole
+    from kayak.pipeline.job import ReplicationStats
+    from kayak.pipeline.metrics import TableVerification, VerificationRecord
+
+    capture = CaptureStats(changes=120, by_table={"main.orders": 120})
+    stats = ReplicationStats(batches=4, changes=120, applied=118, last_batch_behind_ms=850.0)
+    stats.latency.extend([40] * 100 + [900] * 18)
+    pipeline = SimpleNamespace(
+        capture=SimpleNamespace(stats=capture), job=SimpleNamespace(stats=stats, query=None),
+        last_verification=VerificationRecord(T0 / 1000, (TableVerification("main.orders", True,
+                                                                           118),)),
+    )  # fmt: skip
+    server = PipelineConsole(pipeline, tables=["main.orders"], interval_s=0.1, window_s=2,
+                             link_dir=console.broker.config.data_dir,
+                             broker_console=f"{console.url}/console/")  # fmt: skip
+    with server:
+        for step in range(12):  # changes flowing while the page samples them
+            capture.changes += 30 + 10 * (step % 4)
+            capture.by_table["main.orders"] = capture.changes
+            stats.applied = capture.changes - 5
+            stats.applied_by_table = {"main.orders": stats.applied}
+            stats.latency.extend([40 + 5 * step] * 30 + [300 + 20 * step] * 2)
+            time.sleep(0.1)
+        console.open("/console/pipeline")
+        console.browser.find_element(By.ID, "chart-requests")
+        console.browser.find_element(By.ID, "chart-fsync")
+        console.screenshot("metrics")
+        console.browser.find_element(By.CSS_SELECTOR, "#pipeline-link a").click()
+        rows = _rows(console, "pipeline-tables")
+        assert rows[0][0] == "main.orders" and rows[0][1] == f"{capture.changes:,}"
+        assert "equal" in rows[0][4] and "118 rows" in rows[0][4]
+        chart = console.browser.find_element(By.ID, "chart-changes")
+        assert chart.find_elements(By.CSS_SELECTOR, "polyline")  # the samples, drawn
+        console.browser.find_element(By.ID, "chart-latency")
+        console.screenshot("pipeline")

@@ -89,10 +89,11 @@ def test_events_are_debezium_envelopes_readable_by_confluent_avro(
     assert positions == sorted(positions)
     # kayak's own decoder reads the same events and rebuilds the table from the schema alone
     decoder = ChangeDecoder(cdc_broker.registry_url)
-    key, op, pos, _ts, schema_id, row = decoder.decode(records[-1].value)
-    assert (key, op) == ('["eu",1]', "u") and pos == positions[-1]
-    assert decoder.table(schema_id).key == ("region", "id")
-    assert row is not None and '"price":"99.99"' in row
+    change = decoder.decode(TOPIC, records[-1].value)
+    assert (change.key, change.op) == ('["eu",1]', "u") and change.position == positions[-1]
+    assert change.key_values == ("eu", 1)
+    assert decoder.table(change.schema_id).key == ("region", "id")
+    assert change.after is not None and change.after["price"] == "99.99"
     registry = SchemaRegistryClient(cdc_broker.registry_url)
     assert {f"{TOPIC}-key", f"{TOPIC}-value"} <= set(registry.subjects())
 

@@ -26,7 +26,7 @@ from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.client.sync import Admin, Consumer, Producer
 from kayak.client.types import TopicPartition
 from kayak.pipeline.apply import ChangeApplier
-from kayak.pipeline.decode import ChangeDecoder, decode_batches
+from kayak.pipeline.decode import ChangeDecoder, DecodedChange, decode_records, latest_per_key
 from kayak.pipeline.targets import open_target
 from kayak.pipeline.targets.postgres import connect, read_postgres_rows
 from kayak.pipeline.topics import topic_ensurer
@@ -97,26 +97,22 @@ class Replica:
                 records.extend(batch)
         return records
 
-    def decoded(self, records: list[Any]) -> list[dict[str, Any]]:
+    def decoded(self, records: list[Any]) -> list[DecodedChange]:
         raw = pa.RecordBatch.from_pydict({
             "key": [r.key for r in records], "value": [r.value for r in records],
             "topic": [self.topic] * len(records), "partition": [0] * len(records),
             "offset": [r.offset for r in records],
         })  # fmt: skip
-        rows = [r for out in decode_batches(iter([raw]), self.registry_url)
-                for r in out.to_pylist()]  # fmt: skip
-        assert [r["error"] for r in rows] == [None] * len(rows)
-        return rows
+        changes, bad = decode_records(self.applier.decoder, raw)
+        assert bad == []
+        return changes
 
     @staticmethod
-    def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The job's plan: the latest change of every key (a TRUNCATE is its own group)."""
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in rows:
-            groups.setdefault(r["key"] or f"!{r['offset']}", []).append(r)
-        return [{**max(g, key=lambda r: r["pos"]), "n": len(g)} for g in groups.values()]
+    def latest(changes: list[DecodedChange]) -> list[DecodedChange]:
+        """The job's plan: the latest change of every key, and every TRUNCATE."""
+        return latest_per_key(changes)
 
-    def sync(self) -> list[dict[str, Any]]:
+    def sync(self) -> list[DecodedChange]:
         """Capture everything committed, apply it as one micro-batch; the decoded rows."""
         self.capture.drain()
         rows = self.decoded(self.records())
@@ -300,14 +296,14 @@ def test_truncate_is_a_barrier_in_its_batch(db: psycopg.Connection[Any], replica
     db.execute("TRUNCATE t")
     db.execute("INSERT INTO t (id, c) VALUES (5, 50), (1, 11)")
     rows = replica.sync()  # one micro-batch: changes before the truncate, it, changes after
-    assert [r["op"] for r in rows if r["op"] == "t"] == ["t"]
+    assert [r.op for r in rows if r.op == "t"] == ["t"]
     replica.verify()
     assert replica.target("SELECT id, c FROM t ORDER BY id") == [(1, 11), (5, 50)]
     # replayed (a retried task), or met after the later changes (another partition was
     # ahead): the same result
     latest = replica.latest(rows)
-    truncate = [r for r in latest if r["op"] == "t"]
-    replica.applier.apply([r for r in latest if r["op"] != "t"])
+    truncate = [r for r in latest if r.op == "t"]
+    replica.applier.apply([r for r in latest if r.op != "t"])
     replica.applier.apply(truncate)
     replica.applier.apply(latest)
     assert replica.target("SELECT id, c FROM t ORDER BY id") == [(1, 11), (5, 50)]

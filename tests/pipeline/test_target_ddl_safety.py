@@ -23,7 +23,7 @@ from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.client.sync import Admin, Consumer, Producer
 from kayak.client.types import TopicPartition
 from kayak.pipeline.apply import ChangeApplier
-from kayak.pipeline.decode import ChangeDecoder, decode_batches
+from kayak.pipeline.decode import ChangeDecoder, DecodedChange, decode_records
 from kayak.pipeline.targets import AppliedChange, Target, TargetSchemaError, open_target
 from kayak.pipeline.targets.postgres import declared_type as pg_declared
 from kayak.pipeline.targets.sqlite import declared_type as sqlite_declared
@@ -93,9 +93,9 @@ def target_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target
 
 def publish_and_decode(
     broker: tuple[str, str], prefix: str, connector: str, changes: list[Change]
-) -> list[dict[str, Any]]:
+) -> list[DecodedChange]:
     """Register the changes' schemas and produce their events as any client could, read the
-    topic back and decode it as the Spark workers do (``decode_batches``)."""
+    topic back and decode it as the Spark workers do (``decode_records``)."""
     bootstrap, registry = broker
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     admin = Admin({"bootstrap.servers": bootstrap})
@@ -121,8 +121,8 @@ def publish_and_decode(
         "topic": [topic] * len(records), "partition": [0] * len(records),
         "offset": [r.offset for r in records],
     })  # fmt: skip
-    rows = [row for out in decode_batches(iter([raw]), registry) for row in out.to_pylist()]
-    assert [r["error"] for r in rows] == [None] * len(changes)
+    rows, bad = decode_records(ChangeDecoder(registry), raw)
+    assert bad == [] and len(rows) == len(changes)
     return rows
 
 

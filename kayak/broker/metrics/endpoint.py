@@ -26,6 +26,11 @@ def _key(config: BrokerConfig) -> tuple[Path, int]:
     return config.data_dir.resolve(), config.node_id
 
 
+def published(config: BrokerConfig) -> CollectorRegistry | None:
+    """The registry served at /metrics for ``config``, if a broker published one."""
+    return _published.get(_key(config))
+
+
 def publish(config: BrokerConfig, collector: Collector) -> None:
     """Serve ``collector`` at ``/metrics`` on the web server built for ``config``."""
     registry = CollectorRegistry(auto_describe=False)

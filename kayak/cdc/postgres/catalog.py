@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from kayak.cdc.change import Column, TableSchema
+from kayak.cdc.change import Column, TableSchema, UserType
 from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.postgres.types import column_type, decode_value
 
@@ -22,6 +22,7 @@ __all__ = [
     "CatalogTable",
     "catalog_columns",
     "check_replication_ready",
+    "describe_user_type",
     "format_types",
     "load_table",
     "parse_table_name",
@@ -177,18 +178,128 @@ def load_table(conn: psycopg.Connection[Any], schema: str, name: str) -> Catalog
             f"table {qualified} has REPLICA IDENTITY {kind}; capture supports DEFAULT "
             f"(primary key) and FULL: ALTER TABLE {qualified} REPLICA IDENTITY DEFAULT"
         )
+    user_types = {}
+    for c in catalog:
+        try:
+            user_types[c.name] = describe_user_type(conn, c.type_oid)
+        except UnsupportedTypeError as e:
+            raise SourceSetupError(
+                f"table {qualified} column {c.name!r}: type {c.source_type} is not captured: {e}"
+            ) from None
     columns = tuple(
         Column(c.name, column_type(c.type_oid), nullable=not c.not_null,
-               source_type=c.source_type, default=missing_value(c))
+               source_type=c.source_type, default=missing_value(c),
+               user_type=user_types[c.name])
         for c in catalog
     )  # fmt: skip
     return CatalogTable(
         oid=oid,
         schema=TableSchema(schema=schema, name=name, columns=columns, key=key),
-        type_oids=tuple(c.type_oid for c in catalog),
+        type_oids=tuple(wire_type_oid(conn, c.type_oid) for c in catalog),
         replica_identity=replica_identity,
         attnums=tuple(c.attnum for c in catalog),
     )
+
+
+def wire_type_oid(conn: psycopg.Connection[Any], type_oid: int) -> int:
+    """The type OID a query result reports for a column of this type: a domain's base type
+    (repeatedly), any other type itself. Raw-text readers register loaders for these."""
+    for _ in range(32):  # domains over domains, never a cycle
+        row = conn.execute(
+            "SELECT typbasetype FROM pg_type WHERE oid = %s AND typtype = 'd'", (type_oid,)
+        ).fetchone()
+        if row is None:
+            return type_oid
+        type_oid = int(row[0])
+    return type_oid
+
+
+class UnsupportedTypeError(ValueError):
+    """A user-defined type capture cannot describe to a target; the message says why."""
+
+
+# A type kayak's targets may know: one of PostgreSQL's own (not an extension's, not a
+# pseudo-type), so a target can recreate it from the fixed type table.
+_BUILT_IN = "n.nspname = 'pg_catalog' AND t.typtype IN ('b', 'r', 'm')"
+
+
+def describe_user_type(conn: psycopg.Connection[Any], type_oid: int) -> UserType | None:
+    """The description of a column type that is a user-defined enum, domain or composite (or
+    a one-dimensional array of one) for a target to create the same type; None for a
+    built-in type. :class:`UnsupportedTypeError` for a user type a target could not create
+    (a domain or composite over another user-defined or extension type)."""
+    row = conn.execute(
+        "SELECT t.typtype, n.nspname, t.typname, t.typcategory, t.typelem "
+        "FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s",
+        (type_oid,),
+    ).fetchone()
+    if row is None:
+        return None
+    typtype, _schema, _name, category, element = row
+    if category == "A" and element:
+        inner = describe_user_type(conn, element)
+        if inner is None:
+            return None
+        if inner.dimensions:
+            raise UnsupportedTypeError("an array of arrays of a user-defined type")
+        return UserType(inner.kind, inner.schema, inner.name, inner.labels, inner.base,
+                        inner.fields, dimensions=1)  # fmt: skip
+    if typtype == "e":
+        return _enum_type(conn, type_oid)
+    if typtype == "d":
+        return _domain_type(conn, type_oid)
+    if typtype == "c":
+        return _composite_type(conn, type_oid)
+    return None
+
+
+def _enum_type(conn: psycopg.Connection[Any], type_oid: int) -> UserType:
+    schema, name, labels = _one(conn.execute(
+        "SELECT n.nspname, t.typname, array(SELECT e.enumlabel FROM pg_enum e "
+        "WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) "
+        "FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s",
+        (type_oid,)).fetchone())  # fmt: skip
+    return UserType("enum", schema, name, labels=tuple(labels))
+
+
+def _domain_type(conn: psycopg.Connection[Any], type_oid: int) -> UserType:
+    schema, name, base, built_in = _one(conn.execute(
+        "SELECT dn.nspname, d.typname, format_type(d.typbasetype, d.typtypmod), "
+        f"EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+        f"WHERE t.oid = d.typbasetype AND {_BUILT_IN}) "
+        "FROM pg_type d JOIN pg_namespace dn ON dn.oid = d.typnamespace WHERE d.oid = %s",
+        (type_oid,)).fetchone())  # fmt: skip
+    if not built_in:
+        raise UnsupportedTypeError(
+            f"domain {schema}.{name} is over {base}, not over a built-in type")
+    return UserType("domain", schema, name, base=base)
+
+
+def _composite_type(conn: psycopg.Connection[Any], type_oid: int) -> UserType:
+    schema, name = _one(conn.execute(
+        "SELECT n.nspname, t.typname FROM pg_type t "
+        "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s",
+        (type_oid,)).fetchone())  # fmt: skip
+    rows = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
+        f"EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+        f"WHERE t.oid = a.atttypid AND {_BUILT_IN}) "
+        "FROM pg_type c JOIN pg_attribute a ON a.attrelid = c.typrelid "
+        "WHERE c.oid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (type_oid,),
+    ).fetchall()
+    foreign = [f"{field} {kind}" for field, kind, built_in in rows if not built_in]
+    if foreign:
+        raise UnsupportedTypeError(
+            f"composite {schema}.{name} has fields of types that are not built in "
+            f"({', '.join(foreign)})")
+    return UserType("composite", schema, name, fields=tuple((f, k) for f, k, _ in rows))
+
+
+def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    if row is None:
+        raise UnsupportedTypeError("the type is gone from the catalog")
+    return row
 
 
 def missing_value(column: CatalogColumn) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from kayak.cdc.change import Column, TableSchema
+from kayak.cdc.change import Column, TableSchema, UserType
 from kayak.cdc.errors import SchemaChangeError
 from kayak.cdc.postgres import catalog, pgoutput
 from kayak.cdc.postgres.types import column_type
@@ -124,9 +124,18 @@ class RelationTracker:
 
         source_types = catalog.format_types(
             self._conn, [(c.type_oid, c.type_modifier) for c in message.columns])
+        user_types = []
+        for rc in message.columns:
+            try:
+                user_types.append(catalog.describe_user_type(self._conn, rc.type_oid))
+            except catalog.UnsupportedTypeError as e:
+                raise SchemaChangeError(f"table {where} column {rc.name!r}: its type is not "
+                                        f"carried ({e}); capture stopped {at}") from None
         columns: list[Column] = []
         attnums: list[int | None] = []
-        for rc, source_type in zip(message.columns, source_types, strict=True):
+        for rc, source_type, user_type in zip(
+            message.columns, source_types, user_types, strict=True
+        ):
             attnum = catalog_by_name[rc.name].attnum if agrees else None
             kind = column_type(rc.type_oid)
             previous = old.get(rc.name)
@@ -142,7 +151,7 @@ class RelationTracker:
                 columns.append(Column(
                     rc.name, kind, nullable=details is None or not details.not_null,
                     source_type=source_type, default=prev_column.default,
-                    renamed_from=prev_column.renamed_from))
+                    renamed_from=prev_column.renamed_from, user_type=user_type))
             elif attnum is not None and attnum in by_attnum:
                 renamed = by_attnum[attnum]
                 details = catalog_by_attnum[attnum]
@@ -150,7 +159,7 @@ class RelationTracker:
                 columns.append(Column(
                     rc.name, kind, nullable=not details.not_null, source_type=source_type,
                     default=renamed.default,
-                    renamed_from=(*renamed.renamed_from, renamed.name)))
+                    renamed_from=(*renamed.renamed_from, renamed.name), user_type=user_type))
             else:
                 if attnum is None and gone:
                     raise SchemaChangeError(
@@ -160,7 +169,8 @@ class RelationTracker:
                         f"COLUMN; not carried, capture stopped {at}")
                 details = (catalog_by_attnum.get(attnum) if attnum is not None
                            else catalog_by_name.get(rc.name))  # fmt: skip
-                columns.append(self._added(where, at, rc.name, kind, source_type, details))
+                columns.append(
+                    self._added(where, at, rc.name, kind, source_type, details, user_type))
             attnums.append(attnum)
 
         key = catalog.primary_key(self._conn, message.oid)
@@ -178,17 +188,19 @@ class RelationTracker:
             log.info("schema of %s changed %s: %s", where, at,
                      ", ".join(f"{c.name} {c.source_type}" for c in columns))  # fmt: skip
         return TrackedRelation(
-            message.oid, table, tuple(c.type_oid for c in message.columns), tuple(attnums),
-            signature)
+            message.oid, table,
+            tuple(catalog.wire_type_oid(self._conn, c.type_oid) for c in message.columns),
+            tuple(attnums), signature)
 
     @staticmethod
     def _added(
         where: str, at: str, name: str, kind: Any, source_type: str,
-        details: catalog.CatalogColumn | None,
+        details: catalog.CatalogColumn | None, user_type: UserType | None = None,
     ) -> Column:  # fmt: skip
         """A column the previous shape did not have: ADD COLUMN."""
         if details is None:
-            return Column(name, kind, nullable=True, source_type=source_type)
+            return Column(name, kind, nullable=True, source_type=source_type,
+                          user_type=user_type)
         if details.has_missing and details.missing is None:
             raise SchemaChangeError(
                 f"table {where} column {name!r}: ADD COLUMN with a DEFAULT of array type is "
@@ -200,5 +212,5 @@ class RelationTracker:
                 f"carry; not carried, capture stopped {at}. Add the column without a default, "
                 "SET DEFAULT, then UPDATE the existing rows instead")
         return Column(name, kind, nullable=not details.not_null, source_type=source_type,
-                      default=catalog.missing_value(details))
+                      default=catalog.missing_value(details), user_type=user_type)
 

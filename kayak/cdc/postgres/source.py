@@ -11,7 +11,10 @@ Initial snapshot, then streaming without a gap
     the name of a snapshot that sees exactly the transactions whose commit record lies
     before C. A second connection imports that snapshot (``REPEATABLE READ`` + ``SET
     TRANSACTION SNAPSHOT``) while the first stays open, and reads every table: ``Op.READ``
-    changes, ``snapshot="true"`` and ``"last"`` on the final one. The slot decodes exactly
+    changes, ``snapshot="true"``, ``"last_in_data_collection"`` on each table's final row (a
+    TRUNCATE just below the snapshot for a table with no rows, when the snapshot is taken
+    again) and ``"last"`` on the
+    snapshot's final change. The slot decodes exactly
     the transactions whose commit record lies at or after C, so every row change is in the
     snapshot or in the stream, never in both and never in neither.
 
@@ -92,7 +95,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from kayak.cdc.change import Change, Op, Row, TableSchema, format_position
+from kayak.cdc.change import Change, Op, Row, TableSchema, format_position, snapshot_floor
 from kayak.cdc.errors import CaptureError, SchemaChangeError, SourceSetupError
 from kayak.cdc.postgres import catalog, pgoutput, slot
 from kayak.cdc.postgres.pgoutput import UNCHANGED_TOAST, TupleValue
@@ -191,6 +194,9 @@ class PostgresSource:
             self._snapshot_rows: Iterator[Change] | None = None
             self._snapshot_lookahead: Change | None = None
             self._snapshot_done = False
+            # A snapshot taken again after capture died in one: what the earlier one
+            # published may hold rows deleted since (see _snapshot_end).
+            self._snapshot_again = False
             self._start()
         except BaseException:
             self.close()
@@ -217,6 +223,7 @@ class PostgresSource:
             log.warning("slot %s has no acknowledged snapshot; taking the snapshot again",
                         self._slot)
             slot.drop_slot(self._conn, self._slot)
+            self._snapshot_again = True
         slot.clear_snapshot_done(self._conn, self._publication, self._slot)
         self._begin_snapshot()
 
@@ -264,11 +271,14 @@ class PostgresSource:
             )
             fetch = sql.SQL("FETCH FORWARD {} FROM {}").format(
                 sql.Literal(self._snapshot_fetch_rows), cursor_name)
+            held: Change | None = None  # one row behind, to mark the table's last one
             while rows := cursor.execute(fetch).fetchall():
                 for values in rows:
+                    if held is not None:
+                        yield held
                     after = self._decode_row(table.schema, values)
                     self._toast.remember(self._cache_key(table.schema, after), after)
-                    yield Change(
+                    held = Change(
                         op=Op.READ, table=table.schema, before=None, after=after,
                         position=format_position(self._consistent_point, 0, seq),
                         ts_ms=self._snapshot_ts_ms, snapshot="true",
@@ -276,6 +286,26 @@ class PostgresSource:
                     )
                     seq += 1
             cursor.execute(sql.SQL("CLOSE {}").format(cursor_name))
+            end = self._snapshot_end(table.schema, held)
+            if end is not None:
+                yield end
+
+    def _snapshot_end(self, table: TableSchema, last: Change | None) -> Change | None:
+        """A table's snapshot ends with its last row marked (Debezium's
+        ``last_in_data_collection``): a target then drops rows this snapshot did not see, as
+        when capture died in an earlier snapshot and rows were deleted meanwhile. A table
+        with no rows in a snapshot taken again ends with a TRUNCATE just below the snapshot,
+        for the same reason."""
+        if last is not None:
+            return dataclasses.replace(last, snapshot="last_in_data_collection")
+        if not self._snapshot_again:
+            return None
+        return Change(
+            op=Op.TRUNCATE, table=table, before=None, after=None,
+            position=snapshot_floor(format_position(self._consistent_point, 0, 0)),
+            ts_ms=self._snapshot_ts_ms, snapshot="last_in_data_collection",
+            lsn=self._consistent_point,
+        )
 
     def _finish_snapshot(self) -> None:
         self._snapshot_rows = None

@@ -3,9 +3,11 @@
 pgoutput (and the snapshot, which reads raw text the same way) hands out every value as the
 type's text output, so one function turns both into the representation
 :mod:`kayak.cdc.change` prescribes. Types are recognised by OID (built-in OIDs never change);
-anything not listed, including domains, enums, arrays, ranges and extension types, is
-``STRING`` in the database's own text form. The text form depends on session settings, so
-every connection that produces values uses :data:`SESSION_SETTINGS`.
+anything not listed, including domains, enums, composites, arrays, ranges and extension
+types, is ``STRING`` in the database's own text form (a user-defined type's description
+travels beside it: :func:`kayak.cdc.postgres.catalog.describe_user_type`). The text form
+depends on session settings, so every connection that produces values uses
+:data:`SESSION_SETTINGS`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def column_type(type_oid: int) -> ColumnType:
 def decode_value(kind: ColumnType, text: str) -> Any:
     """A value's text output → the Python value :mod:`kayak.cdc.change` prescribes."""
     try:
-        if kind is ColumnType.STRING or kind is ColumnType.DECIMAL:
+        if kind is ColumnType.STRING or kind is ColumnType.DECIMAL or kind is ColumnType.ANY:
             return text
         if kind is ColumnType.INT or kind is ColumnType.LONG:
             return int(text)

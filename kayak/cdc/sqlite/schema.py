@@ -19,8 +19,14 @@ def quote_identifier(name: str) -> str:
 
 def affinity_type(declared: str) -> ColumnType:
     """The column type for a declared SQLite type, by SQLite's own affinity rules (§3.1 of
-    "Datatypes In SQLite"), with NUMERIC split into exact decimals and booleans."""
+    "Datatypes In SQLite"), with NUMERIC split into exact decimals and booleans.
+
+    A column with no declared type (BLOB affinity: values are stored as given) or one of
+    NUMERIC affinity that names no kind kayak knows (``DATETIME``, ``DATE``, ``JSON``,
+    ``ANY``…) is ``ANY``: each value keeps its own storage class."""
     t = declared.upper()
+    if not t.strip():
+        return ColumnType.ANY
     if "INT" in t:
         return ColumnType.LONG
     if "CHAR" in t or "CLOB" in t or "TEXT" in t:
@@ -33,8 +39,9 @@ def affinity_type(declared: str) -> ColumnType:
         return ColumnType.BOOLEAN
     if "DEC" in t or "NUMERIC" in t:
         return ColumnType.DECIMAL
-    # No declared type, DATE, DATETIME...: keep the value's text form.
-    return ColumnType.STRING
+    # DATE, DATETIME, JSON...: NUMERIC affinity, which stores integers, reals and text as
+    # they come (numeric-looking text as a number): keep each value's type.
+    return ColumnType.ANY
 
 
 def read_table_schema(conn: sqlite3.Connection, table: str) -> TableSchema:
@@ -87,7 +94,10 @@ def coerce_value(table: str, column: Column, value: Any) -> Any:
     if value is None:
         return None
     kind = column.type
-    if kind is ColumnType.LONG or kind is ColumnType.INT:
+    if kind is ColumnType.ANY:
+        if isinstance(value, int | float | str | bytes) and not isinstance(value, bool):
+            return value
+    elif kind is ColumnType.LONG or kind is ColumnType.INT:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():

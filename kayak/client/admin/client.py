@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from kayak.client.admin import _commit, _configs, _groups, _offsets, _topics
 from kayak.client.admin._core import AdminCore, settle
@@ -30,6 +30,12 @@ from kayak.client.admin.models import (
 )
 from kayak.client.cluster import Cluster
 from kayak.client.config import AdminConfig
+from kayak.client.statistics import (
+    ClientStatistics,
+    StatsReporter,
+    cluster_connections,
+    reporter_for,
+)
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.errors import KafkaTimeoutError, KayakError
 
@@ -70,6 +76,10 @@ class Admin:
             self.config = AdminConfig.from_user(config, **kwargs)
         self.cluster = Cluster(self.config)
         self._core = AdminCore(self.config, self.cluster)
+        self._statistics = ClientStatistics(
+            "admin", self.config.client_id, lambda: cluster_connections(self.cluster)
+        )
+        self._reporter: StatsReporter | None = None
         self._started = False
         self._closed = False
         self._starting: asyncio.Lock | None = None
@@ -100,11 +110,24 @@ class Admin:
                     f"default.api.timeout.ms ({self.config.default_api_timeout_ms} ms)"
                 ) from None
             self._started = True
+            self._reporter = reporter_for(
+                self.config.statistics_interval_ms, self.config.stats_cb, self.statistics
+            )
+            if self._reporter is not None:
+                self._reporter.start()
 
     async def close(self) -> None:
         """Close every connection; the client cannot be used afterwards."""
         self._closed = True
+        if self._reporter is not None:
+            await self._reporter.stop()
         await self.cluster.close()
+
+    def statistics(self) -> dict[str, Any]:
+        """Requests, bytes and round-trip times per broker connection, as a dict laid out
+        like librdkafka's statistics (``type`` "admin"; see :mod:`kayak.client.statistics`).
+        Also delivered every ``statistics.interval.ms`` to ``stats_cb``."""
+        return self._statistics.snapshot()
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -25,6 +25,7 @@ from kayak.client.security.config import (
     TokenCallback,
     parse_jaas_config,
 )
+from kayak.client.statistics import StatsCallback
 from kayak.errors import ConfigError
 
 INT_MAX = 2**31 - 1  # Java int: these values go on the wire as int32
@@ -347,6 +348,15 @@ def parse_token_callback(prop: ConfigProperty, value: object) -> TokenCallback:
         prop.name,
         f"must be a callable returning (token, expiry_seconds_since_epoch), not "
         f"a {type(value).__name__}",
+    )
+
+
+def parse_stats_callback(prop: ConfigProperty, value: object) -> StatsCallback:
+    """``stats_cb``: anything callable (called with the statistics dict)."""
+    if callable(value):
+        return value
+    raise ConfigError(
+        prop.name, f"must be a callable taking the statistics dict, not a {type(value).__name__}"
     )
 
 

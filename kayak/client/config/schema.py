@@ -30,6 +30,7 @@ from kayak.client.config.properties import (
     parse_sasl_mechanism,
     parse_secret,
     parse_security_protocol,
+    parse_stats_callback,
     parse_token_callback,
 )
 from kayak.client.security.config import KAFKA_SECURITY_PROTOCOLS, SASL_MECHANISMS
@@ -181,6 +182,22 @@ _COMMON_PROPERTIES = (
         parser=parse_security_protocol,
     ),
     *_SECURITY_PROPERTIES,
+    _int(
+        "statistics.interval.ms",
+        0,
+        "librdkafka's: call stats_cb with the client's statistics() this often; 0 turns "
+        "periodic statistics off (statistics() can still be called at any time).",
+    ),
+    ConfigProperty(
+        "stats_cb",
+        ValueKind.CALLABLE,
+        None,
+        "Called every statistics.interval.ms with the statistics dict (confluent-kafka's "
+        "name; it passes JSON text, kayak the dict itself: json.dumps it for the text). May "
+        "be async; runs on the client's event loop (the sync facades' loop thread).",
+        nullable=True,
+        parser=parse_stats_callback,
+    ),
 )
 
 _RETRIES = _int(

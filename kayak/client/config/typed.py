@@ -35,6 +35,7 @@ from kayak.client.security.config import (
     security_config,
     security_warnings,
 )
+from kayak.client.statistics import StatsCallback
 from kayak.errors import ConfigError
 
 # The package's one logger, under the name it had before the split, so logging set up for
@@ -80,6 +81,8 @@ class ClientConfig:
     sasl_jaas_config: JaasConfig | None = None
     sasl_oauthbearer_config: str | None = None
     oauth_cb: TokenCallback | None = None
+    statistics_interval_ms: int = 0
+    stats_cb: StatsCallback | None = None
     explicitly_set: frozenset[str] = frozenset()
     """Kafka names of the properties the user gave (after resolving aliases)."""
 

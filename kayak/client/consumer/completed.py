@@ -239,6 +239,9 @@ class CompletedFetch:
                 self._items_are_records = True
             self._index = self._first_index(header)
             if self._index < len(self._items):
+                counters = self.state.counters  # statistics: once per batch handed out
+                counters.rx_records += len(self._items) - self._index
+                counters.rx_bytes += header.size
                 return True
             self.state.position = max(self.state.position or 0, header.next_offset)
         self._items, self._index = [], 0

@@ -45,6 +45,7 @@ from kayak.client.consumer.group import GroupMember
 from kayak.client.consumer.listener import RebalanceListener, call_listener
 from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, list_offsets
 from kayak.client.consumer.records import ConsumerRecord
+from kayak.client.consumer.statistics import ConsumerStatistics
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.errors import KayakError
@@ -74,6 +75,7 @@ class Consumer:
         else:
             self.config = ConsumerConfig.from_user(config, **kwargs)
         self._subscriptions = SubscriptionState(on_change=self._assignment_changed)
+        self._statistics = ConsumerStatistics(self.config, self._subscriptions)
         self._cluster: Cluster | None = None
         self._fetcher: Fetcher | None = None
         self._group: GroupMember | None = None
@@ -110,6 +112,7 @@ class Consumer:
             self._committed_lookup if self._group is not None else None,
         )
         self._started = True
+        self._statistics.started(cluster, self._group)
         cluster.add_topics(self._subscriptions.topics)
         if self._subscriptions.uses_group_assignment:
             self._start_group()
@@ -120,6 +123,7 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        await self._statistics.stop()
         if self._positions is not None:
             self._positions.cancel()
         if self._group is not None:
@@ -571,6 +575,14 @@ class Consumer:
         """The node id leading ``partition`` as last known from metadata (-1 if unknown)."""
         cluster, _ = self._require_started()
         return cluster.leader(partition[0], partition[1])
+
+    def statistics(self) -> dict[str, Any]:
+        """What this consumer has done, as a dict laid out like librdkafka's statistics:
+        ``rxmsgs``/``rxmsg_bytes`` (records handed to the application, and their batches'
+        bytes), ``brokers``, ``topics`` (per partition: offsets, ``consumer_lag`` = high
+        watermark - position) and, in a group, ``cgrp``. See :mod:`kayak.client.statistics`;
+        also delivered every ``statistics.interval.ms`` to ``stats_cb``."""
+        return self._statistics.snapshot()
 
     @property
     def fetch_stats(self) -> FetchStats:

@@ -41,6 +41,7 @@ from kayak.client.consumer.errors import CommitFailedError
 from kayak.client.consumer.listener import call_listener
 from kayak.client.consumer.subscription import SubscriptionState
 from kayak.client.security.errors import is_authentication_error
+from kayak.client.statistics import ConnectionCounters
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.errors import (
     ErrorClass,
@@ -132,6 +133,8 @@ class GroupMember:
         self.state = MemberState.UNJOINED
         self.rebalances = 0  # completed join+sync rounds (tests, logs)
         self._coordinator: BrokerConnection | None = None
+        # Statistics of every coordinator connection, one after another ("GroupCoordinator").
+        self.coordinator_counters = ConnectionCounters()
         self._finding: asyncio.Future[BrokerConnection] | None = None
         self._rejoin = asyncio.Event()
         self._stable = asyncio.Event()
@@ -479,6 +482,11 @@ class GroupMember:
 
     # -- the coordinator ------------------------------------------------------------------
 
+    @property
+    def coordinator_connection(self) -> BrokerConnection | None:
+        """The connection to the coordinator now, if any (for the statistics)."""
+        return self._coordinator
+
     async def coordinator(self) -> BrokerConnection:
         """The connection to the group's coordinator, found (and opened) if need be."""
         if self._coordinator is not None and self._coordinator.usable:
@@ -527,6 +535,7 @@ class GroupMember:
             client_id=self._config.client_id,
             request_timeout_ms=self._config.request_timeout_ms,
             security=self._cluster.security,
+            counters=self.coordinator_counters,
         )
         await coordinator.connect(self._config.socket_connection_setup_timeout_ms / 1000)
         log.debug("group %s: coordinator is broker %d", self.group_id, found.node_id)
@@ -585,6 +594,14 @@ class GroupMember:
         codes = [p.error_code for t in response.topics for p in t.partitions if p.error_code]
         if codes:
             self._commit_error(codes[0])
+        self._note_committed({tp: committed.offset for tp, committed in offsets.items()})
+
+    def _note_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Remember the group's committed offsets for the statistics."""
+        counters = self._subscriptions.counters
+        for tp, offset in offsets.items():
+            if tp in counters:
+                counters[tp].committed_offset = offset
 
     def _commit_error(self, code: int) -> None:
         error = error_for_code(code)
@@ -638,6 +655,7 @@ class GroupMember:
                     found[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset, p.metadata or "", epoch
                     )
+        self._note_committed({tp: committed.offset for tp, committed in found.items()})
         return found
 
     def _offset_fetch_error(self, code: int) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 
 from kayak.client.consumer.listener import RebalanceListener
+from kayak.client.statistics import PartitionCounters
 from kayak.client.types import TopicPartition
 from kayak.errors import KayakError
 
@@ -37,6 +38,7 @@ class PartitionState:
     __slots__ = (
         "batch_offsets",
         "buffered_bytes",
+        "counters",
         "epoch",
         "fetch_epoch",
         "fetch_offset",
@@ -54,8 +56,10 @@ class PartitionState:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition) -> None:
+    def __init__(self, tp: TopicPartition, counters: PartitionCounters | None = None) -> None:
         self.tp = tp
+        # Statistics, kept by the subscription across reassignments of the partition.
+        self.counters = counters if counters is not None else PartitionCounters()
         self.position: int | None = None  # None: look up the committed offset or reset
         self.fetch_offset = -1
         self.epoch = 0
@@ -144,6 +148,8 @@ class SubscriptionState:
         self.pattern: re.Pattern[str] | None = None
         self.listener: RebalanceListener | None = None
         self.assignment: dict[TopicPartition, PartitionState] = {}
+        # Records and bytes consumed per partition ever assigned (statistics).
+        self.counters: dict[TopicPartition, PartitionCounters] = {}
         self._on_change = on_change
 
     # -- choosing what to read -----------------------------------------------------------
@@ -216,7 +222,10 @@ class SubscriptionState:
     def _set_assignment(self, wanted: set[TopicPartition]) -> None:
         kept = {tp: state for tp, state in self.assignment.items() if tp in wanted}
         for tp in wanted - kept.keys():
-            kept[tp] = PartitionState(tp)
+            counters = self.counters.get(tp)
+            if counters is None:
+                counters = self.counters[tp] = PartitionCounters()
+            kept[tp] = PartitionState(tp, counters)
         for tp in self.assignment.keys() - wanted:
             self.assignment[tp].epoch += 1  # anything still in flight for it is void
         self.assignment = kept

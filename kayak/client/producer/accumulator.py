@@ -288,6 +288,12 @@ class RecordAccumulator:
             return
         if self.idempotence is not None and batch.base_sequence != NO_SEQUENCE:
             self.idempotence.acknowledged(batch.queue, batch)
+        queue = batch.queue  # statistics: a few additions per batch
+        queue.acked_records += batch.record_count
+        if batch.records is not None:
+            queue.acked_bytes += len(batch.records)
+        if base_offset >= 0:
+            queue.end_offset = base_offset + batch.record_count
         batch.succeed(base_offset, log_append_time)
         self._forget(batch)
 

@@ -336,7 +336,10 @@ class PartitionQueue:
     """One partition's batches: closed ones waiting in order, then the open one."""
 
     __slots__ = (
+        "acked_bytes",
+        "acked_records",
         "batches",
+        "end_offset",
         "in_flight",
         "in_flight_to",
         "last_acked_sequence",
@@ -359,6 +362,11 @@ class PartitionQueue:
         self.in_flight_to = -1  # the broker they went to
         self.next_sequence = 0
         self.last_acked_sequence = -1
+        # Statistics: records and encoded batch bytes the broker acknowledged, and the offset
+        # after the last acknowledged batch (-1 until one is, or with acks=0).
+        self.acked_records = 0
+        self.acked_bytes = 0
+        self.end_offset = -1
 
     def __repr__(self) -> str:
         return f"<PartitionQueue {self.topic}-{self.partition} leader={self.leader}>"

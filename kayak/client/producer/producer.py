@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from types import TracebackType
-from typing import Self, cast
+from typing import Any, Self, cast
 
 from kayak.client.backoff import BackoffStrategy, Deadline, backoff_from_config
 from kayak.client.cluster import Cluster
@@ -55,6 +55,13 @@ from kayak.client.producer.batch import (
 from kayak.client.producer.idempotence import IdempotenceManager
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
 from kayak.client.producer.sender import Sender, TopicState, check_produce_version
+from kayak.client.producer.statistics import producer_statistics
+from kayak.client.statistics import (
+    ClientStatistics,
+    StatsReporter,
+    cluster_connections,
+    reporter_for,
+)
 from kayak.errors import (
     ConfigError,
     KafkaTimeoutError,
@@ -130,6 +137,11 @@ class Producer:
         )
         self._started = False
         self._closed = False
+        self._statistics = ClientStatistics(
+            "producer", self.config.client_id, lambda: cluster_connections(self._cluster_or_none)
+        )
+        self._cluster_or_none: Cluster | None = None
+        self._reporter: StatsReporter | None = None
         self._unyielded = 0
         self._closing: asyncio.Future[None] | None = None
         # Set by start():
@@ -166,7 +178,7 @@ class Producer:
         except BaseException:
             await cluster.close()
             raise
-        self._cluster = cluster
+        self._cluster = self._cluster_or_none = cluster
         self._memory = BufferMemory(self.config.buffer_memory)
         self._accumulator = RecordAccumulator(
             linger_ms=self.config.linger_ms,
@@ -188,6 +200,11 @@ class Producer:
         self._topics = self._sender.topics
         self._create_future = self._loop.create_future
         self._started = True
+        self._reporter = reporter_for(
+            self.config.statistics_interval_ms, self.config.stats_cb, self.statistics
+        )
+        if self._reporter is not None:
+            self._reporter.start()
 
     async def _connect(self, cluster: Cluster, deadline: Deadline) -> None:
         servers = ", ".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
@@ -278,6 +295,8 @@ class Producer:
             self._abort_undelivered(timeout)
         finally:
             self._memory_waiters_fail(ProducerClosedError("the producer was closed"))
+            if self._reporter is not None:
+                await self._reporter.stop()
             await self._sender.stop()
             await self._cluster.close()
 
@@ -298,6 +317,16 @@ class Producer:
             if not waiter.done():
                 waiter.set_exception(error)
         self._memory.waiters.clear()
+
+    def statistics(self) -> dict[str, Any]:
+        """What this producer has done, as a dict laid out like librdkafka's statistics:
+        ``msg_cnt``/``msg_size`` (records buffered, not yet acknowledged), ``tx``/``tx_bytes``
+        and ``rx``/``rx_bytes`` (requests and bytes, all connections), ``txmsgs``/
+        ``txmsg_bytes`` (records acknowledged, and their encoded batches' bytes), ``brokers``
+        (per connection: requests by API, bytes, round-trip times in µs, requests in flight)
+        and ``topics`` (per partition). See :mod:`kayak.client.statistics`; also delivered
+        every ``statistics.interval.ms`` to ``stats_cb``."""
+        return producer_statistics(self._statistics, self._accumulator if self._started else None)
 
     def _require_started(self) -> None:
         if not self._started:

@@ -35,6 +35,7 @@ __all__ = [
     "VERSIONS_TABLE",
     "AppliedChange",
     "Target",
+    "change_key_text",
     "key_from_text",
     "key_text",
     "renames_from_json",
@@ -57,6 +58,7 @@ class AppliedChange:
     after: Row | None
     position: str
     ts_ms: int
+    key_text: str = ""  # the key's canonical text when already known (see change_key_text)
 
 
 def _json_default(value: Any) -> Any:
@@ -65,12 +67,21 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} in a key")
 
 
+# One encoder for every key: json.dumps with options builds a new encoder per call.
+_KEY_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"), ensure_ascii=False)
+
+
 def key_text(table: TableSchema, key: Row) -> str:
     """A key as canonical text: the key columns' values in key order, as JSON."""
-    return json.dumps(
-        [key[k] for k in table.key], default=_json_default, separators=(",", ":"),
-        ensure_ascii=False,
-    )  # fmt: skip
+    values = [key[k] for k in table.key]
+    if all(type(v) is int for v in values):  # the usual key: the same text, 10x faster
+        return f"[{','.join(map(str, values))}]"
+    return _KEY_ENCODER.encode(values)
+
+
+def change_key_text(table: TableSchema, change: AppliedChange) -> str:
+    """:func:`key_text` of a change's key (the decoder's, when it gave one)."""
+    return change.key_text or key_text(table, change.key)
 
 
 class Target(Protocol):
@@ -120,7 +131,7 @@ def newer(
     the table's last truncate (``floor``)."""
     out = []
     for change in changes:
-        text = key_text(table, change.key)
+        text = change_key_text(table, change)
         if change.position > max(applied.get(text, ""), floor):
             out.append((text, change))
     return out

@@ -25,6 +25,7 @@ out.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -122,7 +123,7 @@ def older_mapping(
 def renamed_table(table: TableSchema, mapping: dict[str, str]) -> TableSchema:
     """``table`` as written to the target: its mapped columns under their target names."""
     columns = tuple(
-        Column(mapping[c.name], c.type, c.nullable, c.source_type, c.default)
+        dataclasses.replace(c, name=mapping[c.name], renamed_from=())
         for c in table.columns if c.name in mapping
     )  # fmt: skip
     missing = [k for k in table.key if k not in mapping]

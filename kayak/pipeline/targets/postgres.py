@@ -1,10 +1,28 @@
-"""Applying changes to a PostgreSQL database (``INSERT … ON CONFLICT`` / ``DELETE``, batched)."""
+"""Applying changes to a PostgreSQL database (``INSERT … ON CONFLICT`` / ``DELETE``, batched).
+
+A PostgreSQL source's user-defined column types are created here before the table that uses
+them (:meth:`PostgresTarget.ensure_table`), from their validated description
+(:class:`~kayak.pipeline.targets.types.PgUserType`):
+
+- an enum with the same labels in the same order; labels the source added since are added in
+  their place when a newer schema carries them, and a label that reaches the target in a
+  change before any schema carries it (``ALTER TYPE … ADD VALUE`` in the source does not
+  change the table's shape) is added when that change arrives, last (PostgreSQL's own place
+  for ``ADD VALUE``; a label the source added ``BEFORE``/``AFTER`` another sorts last here);
+- a domain over the same base type (its constraints are not carried);
+- a composite with the same fields, fields the source added since added at the end.
+
+A type that exists in the target as something else (another kind, base type or fields) is
+refused with one line. Values of a SQLite source's ``ANY`` columns are stored as their text
+form in a ``text`` column (read back as :class:`~kayak.pipeline.targets.types.TextForm`).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +36,8 @@ from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
     VERSIONS_TABLE,
     AppliedChange,
+    change_key_text,
     key_from_text,
-    key_text,
     newer,
     renames_from_json,
     renames_to_json,
@@ -33,10 +51,14 @@ from kayak.pipeline.targets.evolve import (
     plan,
 )
 from kayak.pipeline.targets.types import (
+    PgUserType,
     TargetSchemaError,
+    TextForm,
     TypeSyntaxError,
+    any_text_form,
     parse_pg_type,
     pg_column_type,
+    pg_user_type,
 )
 
 __all__ = ["PostgresTarget", "connect", "declared_type", "read_postgres_rows"]
@@ -51,6 +73,7 @@ _DECLARED = {
     ColumnType.DECIMAL: "numeric",
     ColumnType.STRING: "text",
     ColumnType.BYTES: "bytea",
+    ColumnType.ANY: "text",  # each value's text form
 }
 
 
@@ -58,6 +81,8 @@ def declared_type(table: TableSchema, column: Column, connector: str) -> str:
     """The target type of a column: a PostgreSQL source's own type, parsed and re-rendered
     from the fixed type table (:mod:`~kayak.pipeline.targets.types`), or the value kind's
     type. :class:`~kayak.pipeline.targets.types.TargetSchemaError` if refused."""
+    if connector == "postgresql" and column.user_type is not None:
+        return pg_user_type(table, column).column_type()
     if connector == "postgresql" and column.source_type:
         return pg_column_type(table, column)
     return _DECLARED[column.type]
@@ -65,11 +90,28 @@ def declared_type(table: TableSchema, column: Column, connector: str) -> str:
 
 def _same_type(current: str, wanted: str) -> bool:
     """Whether a target column of type ``current`` (``format_type``'s text) already is
-    ``wanted``; types outside the fixed table compare as text."""
+    ``wanted``; user-defined types compare by name (``format_type`` leaves out a schema on
+    the search path), other types outside the fixed table as text."""
     try:
         return parse_pg_type(current) == parse_pg_type(wanted)
     except TypeSyntaxError:
-        return current.lower() == wanted.lower()
+        return _type_name(current) == _type_name(wanted)
+
+
+_NAME_PART = re.compile(r'"(?:[^"]|"")*"|[^".]+')
+
+
+def _type_name(text: str) -> tuple[str, int]:
+    """A type's spelling as (its last name part, unquoted, array dimensions)."""
+    text = text.strip()
+    dimensions = 0
+    while text.endswith("[]"):
+        text, dimensions = text[:-2].rstrip(), dimensions + 1
+    parts = _NAME_PART.findall(text)
+    last = parts[-1] if parts else text
+    if last.startswith('"'):
+        return last[1:-1].replace('""', '"'), dimensions
+    return last.lower(), dimensions
 
 
 def _default_sql(table: TableSchema, column: Column, declared: str) -> sql.Composable | None:
@@ -107,6 +149,8 @@ class PostgresTarget:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._conn = connect(dsn)
+        # (schema, enum type) -> the labels the target's enum is known to have
+        self._labels: dict[tuple[str, str], set[str]] = {}
         with self._conn.transaction():
             self._lock_ddl()
             self._conn.execute(
@@ -134,12 +178,16 @@ class PostgresTarget:
         # Every type is decided before any DDL runs: a refused column creates nothing.
         types = {c.name: declared_type(table, c, connector) for c in table.columns}
         defaults = {c.name: _default_sql(table, c, types[c.name]) for c in table.columns}
+        user_types = {c.name: pg_user_type(table, c) for c in table.columns
+                      if connector == "postgresql" and c.user_type is not None}  # fmt: skip
         schema = table.schema if table.schema != "main" else "public"
         with self._conn.transaction():
             self._lock_ddl()
-            self._conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-            )
+            for name in sorted({schema, *(t.schema for t in user_types.values())}):
+                self._conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
+            for column_name, user_type in user_types.items():
+                self._ensure_user_type(table, column_name, user_type)
             self._conn.execute(
                 f"INSERT INTO {POSITIONS_TABLE} VALUES (%s, %s, '') ON CONFLICT DO NOTHING",
                 (table.qualified_name, FLOOR_KEY),
@@ -163,6 +211,123 @@ class PostgresTarget:
             renames += [Rename(old, new, position) for old, new in evolution.renames]
             self._store_version(table, max(position, stored_position), renames, types)
         return None
+
+    # -- user-defined types ---------------------------------------------------------------
+
+    def _ensure_user_type(self, table: TableSchema, column: str, wanted: PgUserType) -> None:
+        """Create a column's user-defined type, or bring the existing one up to the
+        description (new enum labels, new composite fields); :class:`TargetSchemaError` if a
+        type of that name exists and is something else."""
+        found = self._conn.execute(
+            "SELECT t.typtype, format_type(t.typbasetype, t.typtypmod), "
+            "COALESCE(c.relkind, '') FROM pg_type t "
+            "JOIN pg_namespace n ON n.oid = t.typnamespace "
+            "LEFT JOIN pg_class c ON c.oid = t.typrelid "
+            "WHERE n.nspname = %s AND t.typname = %s",
+            (wanted.schema, wanted.name),
+        ).fetchone()
+
+        def refuse(why: str) -> TargetSchemaError:
+            return TargetSchemaError(
+                f"table {table.qualified_name!r} column {column!r}: type "
+                f"{wanted.qualified_name!r} exists in the target {why}")
+
+        if found is None:
+            log.info("target: CREATE %s %s", "DOMAIN" if wanted.kind == "domain" else "TYPE",
+                     wanted.qualified_name)  # fmt: skip
+            self._conn.execute(wanted.create())
+            return
+        typtype, base, relkind = found
+        kind = {"e": "enum", "d": "domain", "c": "composite"}.get(typtype, "another kind")
+        if kind != wanted.kind:
+            raise refuse(f"as {kind}, the source's is {wanted.kind}")
+        if wanted.kind == "enum":
+            self._add_labels(wanted, wanted.labels)
+        elif wanted.kind == "domain":
+            assert wanted.base is not None
+            if not _same_type(base, wanted.base.render()):
+                raise refuse(f"as a domain over {base}, the source's is over "
+                             f"{wanted.base.render()}")  # fmt: skip
+        else:
+            self._add_fields(wanted, relkind, refuse)
+
+    def _enum_labels(self, user_type: PgUserType) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT e.enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
+            "JOIN pg_namespace n ON n.oid = t.typnamespace "
+            "WHERE n.nspname = %s AND t.typname = %s ORDER BY e.enumsortorder",
+            (user_type.schema, user_type.name),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def _add_labels(self, user_type: PgUserType, labels: Sequence[str]) -> None:
+        """Add the labels the target's enum lacks, each before the next label of ``labels``
+        the target has (last if none). Runs in the caller's transaction."""
+        have = self._enum_labels(user_type)
+        present = [label for label in labels if label in have]
+        if present != [label for label in have if label in set(labels)]:
+            log.warning("target: enum %s sorts its labels %s, the source %s (PostgreSQL "
+                        "cannot reorder enum labels)", user_type.qualified_name, have,
+                        list(labels))  # fmt: skip
+        for at, label in enumerate(labels):
+            if label in have:
+                continue
+            before = next((later for later in labels[at + 1 :] if later in have), None)
+            log.info("target: enum %s: ADD VALUE %r%s", user_type.qualified_name, label,
+                     f" BEFORE {before!r}" if before else "")  # fmt: skip
+            self._conn.execute(user_type.add_label(label, before))
+            have.insert(have.index(before) if before else len(have), label)
+        self._labels[(user_type.schema, user_type.name)] = set(have)
+
+    def _add_fields(
+        self, user_type: PgUserType, relkind: str, refuse: Any
+    ) -> None:  # fmt: skip
+        rows = self._conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_type t ON t.typrelid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = t.typnamespace "
+            "WHERE n.nspname = %s AND t.typname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum",
+            (user_type.schema, user_type.name),
+        ).fetchall()
+        wanted = [(name, kind.render()) for name, kind in user_type.fields]
+        have = [(name, kind) for name, kind in rows]
+        same = len(have) <= len(wanted) and all(
+            h[0] == w[0] and _same_type(h[1], w[1]) for h, w in zip(have, wanted, strict=False))
+        if not same:
+            shown = ", ".join(f"{n} {k}" for n, k in have)
+            raise refuse(f"as a composite of ({shown:.120}), the source's fields differ")
+        if len(have) < len(wanted) and relkind != "c":
+            raise refuse("as a table's row type, to which fields are not added")
+        for name, kind in user_type.fields[len(have) :]:
+            log.info("target: composite %s: ADD ATTRIBUTE %s %s", user_type.qualified_name,
+                     name, kind.render())  # fmt: skip
+            self._conn.execute(user_type.add_field(name, kind))
+
+    def _add_arriving_labels(self, table: TableSchema, changes: Sequence[AppliedChange]) -> None:
+        """Enum labels the changes carry that the target's enum lacks (the source ran
+        ``ALTER TYPE … ADD VALUE`` after its schema was registered): added, last, in their
+        own transaction (a label is usable once the transaction adding it commits)."""
+        for column in table.columns:
+            user_type = column.user_type
+            if user_type is None or user_type.kind != "enum" or user_type.dimensions:
+                continue
+            known = self._labels.get((user_type.schema, user_type.name))
+            values = {c.after.get(column.name) for c in changes
+                      if c.after is not None} - {None}  # fmt: skip
+            if known is not None and values <= known:
+                continue
+            parsed = pg_user_type(table, column)
+            with self._conn.transaction():
+                self._lock_ddl()
+                have = self._enum_labels(parsed)
+                new = sorted(v for v in values if isinstance(v, str) and v not in have)
+                for label in new:
+                    log.info("target: enum %s: ADD VALUE %r (a change carries the label; the "
+                             "source added it after its schema was registered)",
+                             parsed.qualified_name, label)  # fmt: skip
+                    self._conn.execute(parsed.add_label(label, None))
+            self._labels[(parsed.schema, parsed.name)] = set(have) | set(new)
 
     def _existing_columns(self, table: TableSchema) -> list[ExistingColumn]:
         rows = self._conn.execute(
@@ -236,6 +401,9 @@ class PostgresTarget:
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
         if not changes:
             return 0
+        if any(c.type is ColumnType.ANY for c in table.columns):
+            changes = [_as_text_forms(table, c) for c in changes]
+        self._add_arriving_labels(table, changes)
         name = self._name(table)
         with self._conn.transaction(), self._conn.cursor() as cur:
             # FOR SHARE: applies of the table run side by side, a truncate waits for them
@@ -244,7 +412,7 @@ class PostgresTarget:
                 f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = %s AND key = %s "
                 "FOR SHARE", (table.qualified_name, FLOOR_KEY),
             ).fetchone()  # fmt: skip
-            texts = [key_text(table, c.key) for c in changes]
+            texts = [change_key_text(table, c) for c in changes]
             cur.execute(
                 f"SELECT key, pos FROM {POSITIONS_TABLE} WHERE table_name = %s "
                 "AND key = ANY(%s) FOR UPDATE",
@@ -342,6 +510,27 @@ class PostgresTarget:
         self._conn.close()
 
 
+def _boolean_domain(column: Column) -> bool:
+    user_type = column.user_type
+    return (user_type is not None and user_type.kind == "domain" and not user_type.dimensions
+            and user_type.base in ("boolean", "bool"))
+
+
+def _as_text_forms(table: TableSchema, change: AppliedChange) -> AppliedChange:
+    """A change with its ``ANY`` columns' values as the text forms a ``text`` column holds."""
+    kinds = {c.name: c.type for c in table.columns}
+
+    def converted(row: Row | None) -> Row | None:
+        if row is None:
+            return None
+        return {name: any_text_form(value) if kinds.get(name) is ColumnType.ANY else value
+                for name, value in row.items()}  # fmt: skip
+
+    key = converted(change.key)
+    assert key is not None
+    return AppliedChange(change.op, key, converted(change.after), change.position, change.ts_ms)
+
+
 def read_postgres_rows(
     conn: psycopg.Connection[Any], table: TableSchema, name: sql.Composable
 ) -> list[Row]:
@@ -349,14 +538,17 @@ def read_postgres_rows(
     # Text output, as the source reads values; booleans as booleans (their ::text is 'true',
     # not the 't' the type's output function and the replication stream give).
     cols = sql.SQL(", ").join(
-        sql.SQL("{}" if c.type is ColumnType.BOOLEAN else "{}::text").format(sql.Identifier(c.name))
+        sql.SQL("{}" if c.type is ColumnType.BOOLEAN else
+                "CASE WHEN {} THEN 't' WHEN NOT {} THEN 'f' END" if _boolean_domain(c) else
+                "{}::text").format(*[sql.Identifier(c.name)] * (2 if _boolean_domain(c) else 1))
         for c in table.columns
-    )
+    )  # a boolean domain's values as its output function (and the stream) writes them
     order = sql.SQL(", ").join(sql.Identifier(k) for k in table.key)
     rows = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY {}").format(cols, name, order))
     return [
         {
-            c.name: v if v is None or c.type is ColumnType.BOOLEAN else decode_value(c.type, v)
+            c.name: v if v is None or c.type is ColumnType.BOOLEAN
+            else TextForm(v) if c.type is ColumnType.ANY else decode_value(c.type, v)
             for c, v in zip(table.columns, row, strict=True)
         }
         for row in rows

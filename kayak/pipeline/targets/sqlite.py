@@ -20,9 +20,9 @@ from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
     VERSIONS_TABLE,
     AppliedChange,
+    change_key_text,
     chunks,
     key_from_text,
-    key_text,
     newer,
     renames_from_json,
     renames_to_json,
@@ -43,13 +43,16 @@ _DECLARED = {
     ColumnType.DECIMAL: "NUMERIC",
     ColumnType.STRING: "TEXT",
     ColumnType.BYTES: "BLOB",
+    ColumnType.ANY: "",  # no declared type: every value keeps its storage class
 }
 
 
 def declared_type(table: TableSchema, column: Column, connector: str) -> str:
     """The target type of a column. A SQLite source's own declared type keeps its affinity
     exactly, once validated and re-rendered (:mod:`~kayak.pipeline.targets.types`); other
-    sources' types are mapped from the value kind.
+    sources' types are mapped from the value kind (a PostgreSQL enum, domain or composite,
+    whose values are text, is TEXT). An ``ANY`` column without a declared type gets none, so
+    each value keeps its storage class.
     :class:`~kayak.pipeline.targets.types.TargetSchemaError` if refused."""
     if connector == "sqlite" and column.source_type:
         return sqlite_column_type(table, column)
@@ -292,7 +295,7 @@ class SqliteTarget:
         return True
 
     def _applied(self, table: TableSchema, changes: Sequence[AppliedChange]) -> dict[str, str]:
-        texts = [key_text(table, c.key) for c in changes]
+        texts = [change_key_text(table, c) for c in changes]
         applied: dict[str, str] = {}
         for chunk in chunks(texts, 500):
             rows = self._conn.execute(
