@@ -114,7 +114,24 @@ def replicate(spark: object, spec: PipelineSpec, workload: Callable[[], None], c
         if not verification.equal:
             raise SystemExit(f"replica differs: {verification.differences[:3]}")
         stats = pipeline.job.stats
+        print(spark_batches(pipeline.job.query.recentProgress), file=sys.stderr)
         return changes / elapsed, stats.percentile(50), stats.percentile(99)
+
+
+def spark_batches(progress: list[object]) -> str:
+    """Where Spark's time per micro-batch went: medians of its ``durationMs`` parts over the
+    batches that read records (Spark keeps the last 100)."""
+    busy = [p for p in progress if getattr(p, "numInputRows", 0)]
+    if not busy:
+        return "spark: no batch read records"
+    parts = sorted({k for p in busy for k in p.durationMs})  # type: ignore[attr-defined]
+    medians = ", ".join(
+        f"{k} {median([p.durationMs.get(k, 0) for p in busy]):,.0f}"  # type: ignore[attr-defined]
+        for k in parts
+    )
+    rows = median([p.numInputRows for p in busy])  # type: ignore[attr-defined]
+    return (f"spark: {len(busy)} batches with records, {rows:,.0f} records each; "
+            f"median ms: {medians}")
 
 
 def main() -> None:

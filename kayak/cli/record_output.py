@@ -21,12 +21,8 @@ it is, with one line on stderr naming the record and why.
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import json
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, TextIO
@@ -36,6 +32,7 @@ import click
 from kayak.client.consumer import ConsumerRecord
 from kayak.errors import SerializationError
 from kayak.protocol.records.record import TimestampType
+from kayak.serde.json_form import avro_json_default
 
 __all__ = [
     "AvroFields",
@@ -95,19 +92,8 @@ class AvroFields:
         """The field as printed: the decoded object as JSON, else the bytes as they are."""
         ok, decoded = self.decoded(record, which)
         if ok:
-            return json.dumps(decoded, ensure_ascii=False, default=plain_json).encode()
+            return json.dumps(decoded, ensure_ascii=False, default=avro_json_default).encode()
         return record.key if which == "key" else record.value
-
-
-def plain_json(value: object) -> object:
-    """JSON for what Avro decodes to beyond JSON's own types."""
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _tokens(null: bytes, fields: AvroFields | None = None) -> dict[str, Getter]:
@@ -229,7 +215,8 @@ class JsonPrinter:
         lines: list[bytes] = []
         for record in records:
             envelope = self.envelope(record)
-            lines.append(json.dumps(envelope, ensure_ascii=False, default=plain_json).encode())
+            text = json.dumps(envelope, ensure_ascii=False, default=avro_json_default)
+            lines.append(text.encode())
             lines.append(b"\n")
         self.out.write(b"".join(lines))
         self.printed += len(records)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from kayak.console import broker_metrics, groups, messages, overview, schemas, topics
-from kayak.console.assets import SCRIPT, STYLE
+from kayak.console.assets import SCRIPT, STYLE, asset_handler
 from kayak.console.cluster import Clients, ClientSettings, broker_settings
 from kayak.console.layout import PREFIX, SCRIPT_PATH, STYLE_PATH
 from kayak.console.registry import RegistryAccess
@@ -30,8 +29,8 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get(PREFIX, overview.home),
         web.get(f"{PREFIX}/", overview.cluster_page),
-        web.get(STYLE_PATH, _asset(STYLE, "text/css")),
-        web.get(SCRIPT_PATH, _asset(SCRIPT, "text/javascript")),
+        web.get(STYLE_PATH, asset_handler(STYLE, "text/css")),
+        web.get(SCRIPT_PATH, asset_handler(SCRIPT, "text/javascript")),
         web.get(f"{PREFIX}/topics", topics.topic_list),
         web.post(f"{PREFIX}/topics", topics.create_topic),
         web.get(f"{PREFIX}/topics/{{topic}}", topics.topic_detail),
@@ -61,16 +60,6 @@ async def browsers_at_root_to_console(request: web.Request, handler: Handler) ->
 def _wants_html(request: web.Request) -> bool:
     return any(part.split(";")[0].strip() == "text/html"
                for part in request.headers.get("Accept", "").split(","))  # fmt: skip
-
-
-def _asset(text: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
-    body = text.encode()
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type=content_type, charset="utf-8",
-                            headers={"Cache-Control": "no-cache"})  # fmt: skip
-
-    return handler
 
 
 def mount(server: WebServer, state: ConsoleState) -> None:

@@ -10,6 +10,10 @@ after the page it led to loads.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
 STYLE = """
 :root { --fg:#1d2430; --muted:#667085; --line:#d8dde6; --bg:#f7f8fa; --accent:#1f6feb;
         --ok:#1a7f37; --bad:#cf222e; --warn:#9a6700; }
@@ -157,3 +161,14 @@ SCRIPT = """
   });
 })();
 """
+
+
+def asset_handler(text: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A handler serving ``text`` (the console's style sheet or script) as it is."""
+    body = text.encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type=content_type, charset="utf-8",
+                            headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    return handler

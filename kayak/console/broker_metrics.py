@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from kayak.console.charts import SampleRing, Series, span, sparkline
+from kayak.console.charts import SampleRing, series_chart, span
 from kayak.console.html import Html, definition_list, join, link, render
 from kayak.console.view import View, page_handler
 
@@ -174,11 +175,7 @@ def render_charts(history: BrokerMetricsHistory) -> Html:
     points = history.ring.samples()
     capacity = history.ring.capacity
 
-    def chart(
-        chart_id: str, title: str, unit: str, *series: tuple[str, list[float | None]]
-    ) -> Html:
-        return sparkline([Series(label, values) for label, values in series], chart_id=chart_id,
-                         title=title, unit=unit, capacity=capacity)  # fmt: skip
+    chart = functools.partial(series_chart, capacity)
 
     return render(
         '<h2>Broker metrics</h2><p class="note">The last {}, sampled every {:g} s '

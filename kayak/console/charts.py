@@ -153,3 +153,11 @@ def sparkline(
         '<figure class="spark"><figcaption><strong>{}</strong> {}</figcaption>{}</figure>',
         title, join(legend, " "), svg,
     )
+
+
+def series_chart(
+    capacity: int, chart_id: str, title: str, unit: str, *series: tuple[str, list[float | None]]
+) -> Html:
+    """A :func:`sparkline` of named value lists over a ring of ``capacity`` samples."""
+    return sparkline([Series(label, values) for label, values in series], chart_id=chart_id,
+                     title=title, unit=unit, capacity=capacity)  # fmt: skip

@@ -7,18 +7,16 @@ text, and falls back to hex, so binary data is never shown as mojibake.
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import io
 import json
 import struct
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import fastavro
+
+from kayak.serde.json_form import avro_json_default
 
 FORMATS = ("auto", "avro", "json", "text", "hex")
 MAX_SHOWN_BYTES = 16 * 1024  # longer values are cut, saying so
@@ -125,11 +123,8 @@ def _cut(text: str) -> str:
 
 
 def _plain(value: object) -> object:
-    """JSON for what Avro decodes to beyond JSON's types."""
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    return repr(value)
+    """JSON for what Avro decodes to beyond JSON's types (shown, so never refused)."""
+    try:
+        return avro_json_default(value)
+    except TypeError:
+        return repr(value)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -32,9 +33,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from kayak.console.assets import SCRIPT, STYLE
+from kayak.console.assets import SCRIPT, STYLE, asset_handler
 from kayak.console.broker_metrics import PIPELINE_LINK_FILE
-from kayak.console.charts import SampleRing, Series, format_value, span, sparkline
+from kayak.console.charts import SampleRing, format_value, series_chart, span
 from kayak.console.html import Html, definition_list, join, link, render, table
 from kayak.console.layout import SCRIPT_PATH, STYLE_PATH, page
 from kayak.console.view import html_response
@@ -166,11 +167,7 @@ def render_pipeline(
     points = history.ring.samples()
     capacity = history.ring.capacity
 
-    def chart(
-        chart_id: str, title: str, unit: str, *series: tuple[str, list[float | None]]
-    ) -> Html:
-        return sparkline([Series(label, values) for label, values in series], chart_id=chart_id,
-                         title=title, unit=unit, capacity=capacity)  # fmt: skip
+    chart = functools.partial(series_chart, capacity)
 
     charts = join([
         chart("chart-changes", "Changes", "/s",
@@ -279,8 +276,8 @@ class PipelineConsole:
         app.add_routes([
             web.get("/", self._page),
             web.get("/metrics", self._metrics),
-            web.get(STYLE_PATH, _asset(STYLE, "text/css")),
-            web.get(SCRIPT_PATH, _asset(SCRIPT, "text/javascript")),
+            web.get(STYLE_PATH, asset_handler(STYLE, "text/css")),
+            web.get(SCRIPT_PATH, asset_handler(SCRIPT, "text/javascript")),
         ])  # fmt: skip
         runner = self._runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -348,11 +345,3 @@ class PipelineConsole:
                 (self.link_dir / PIPELINE_LINK_FILE).unlink()
 
 
-def _asset(text: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
-    body = text.encode()
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type=content_type, charset="utf-8",
-                            headers={"Cache-Control": "no-cache"})  # fmt: skip
-
-    return handler
