@@ -203,7 +203,10 @@ class Cluster:
         return age_ms >= self.config.metadata_max_age_ms
 
     async def topic(self, name: str, timeout: float | None = None) -> TopicInfo:
-        """Metadata for ``name``, refreshing until it appears or the timeout passes."""
+        """Metadata for ``name``, refreshing until it appears or the timeout passes.
+
+        A refresh that fails retriably (the broker asked went away mid-request, as when it
+        restarts) is retried with backoff within the timeout, like a topic not there yet."""
         self.add_topics([name])
         known = self.metadata.topics.get(name)
         if known is not None and not self.metadata_is_stale():
@@ -211,11 +214,18 @@ class Cluster:
         deadline = time.monotonic() + (timeout if timeout is not None else self._request_timeout)
         attempt = 0
         while True:
-            snapshot = await self.refresh_metadata()
-            found = snapshot.topics.get(name)
-            if found is not None:
-                return found
-            _raise_if_refused(snapshot, name)
+            try:
+                snapshot = await self.refresh_metadata()
+            except (KafkaError, KafkaTimeoutError) as exc:
+                if not exc.retriable or self._closed or time.monotonic() >= deadline:
+                    raise
+                log.debug("metadata for %s failed (%s); retrying", name, exc)
+                snapshot = None
+            if snapshot is not None:
+                found = snapshot.topics.get(name)
+                if found is not None:
+                    return found
+                _raise_if_refused(snapshot, name)
             if time.monotonic() >= deadline:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             await asyncio.sleep(
