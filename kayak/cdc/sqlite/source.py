@@ -109,15 +109,28 @@ class SqliteSource:
         deadline = time.monotonic() + timeout_s
         while True:
             self._refresh_schemas()
+            read_up_to, handed_out = dict(self._last_read), len(self._unacknowledged)
             changes: list[Change] = []
             share = max(1, max_changes // len(self._last_read))
             for table in self._last_read:
                 changes.extend(self._read_table(table, min(share, max_changes - len(changes))))
                 if len(changes) >= max_changes:
                     break
+            if self._schema_changed():
+                # A schema change committed between reading the schemas and reading the log:
+                # rows written after it may have been read in the old shape (a column added
+                # would be left out). Forget them and read them again in the new shape.
+                self._last_read = read_up_to
+                while len(self._unacknowledged) > handed_out:
+                    self._unacknowledged.pop()
+                continue
             if changes or time.monotonic() >= deadline:
                 return changes
             time.sleep(self._poll_interval_s)
+
+    def _schema_changed(self) -> bool:
+        return bool(self._conn.execute("PRAGMA schema_version").fetchone()[0]
+                    != self._schema_version)  # fmt: skip
 
     def _read_table(self, table: str, limit: int) -> list[Change]:
         if limit <= 0:
