@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SPECS  ?= ../shared/kafka-message-specs
 
-.PHONY: demo test lint typecheck pytest generate bench clean system-deps java
+.PHONY: demo test lint typecheck pytest generate bench clean system-deps java jvm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ $(VENV)/.spark-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.spark-installed java
 	$(BIN)/kayak demo
 
-test: $(VENV)/.dev-installed system-deps lint typecheck pytest
+test: $(VENV)/.dev-installed system-deps jvm lint typecheck pytest
 
 # Third-party tools the tests drive as real peers, from Debian's packages: kcat, chromium (the
 # console's browser tests), and
@@ -48,12 +48,28 @@ system-deps: java
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 
+# The JVM peers kayak is tested and measured against (Apache Kafka, its tools, Connect, Streams,
+# Debezium's PostgreSQL connector, Spark's Kafka connector): one pinned list in tools/jvm/pom.xml,
+# fetched with the machine's mvn into $(JVM_LIB), one directory per classpath, and fetched again
+# only when a pom changes (Maven's own ~/.m2 caches the downloads).
+JVM_LIB ?= .jvm
+JVM_POMS := tools/jvm/pom.xml $(wildcard tools/jvm/*/pom.xml)
+jvm: $(JVM_LIB)/.fetched
+$(JVM_LIB)/.fetched: $(JVM_POMS) | java
+	@command -v mvn >/dev/null 2>&1 || { \
+		echo "installing Maven (Debian package) for the JVM peers"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
+	rm -rf $(JVM_LIB)/kafka $(JVM_LIB)/spark-kafka $(JVM_LIB)/connect-plugins $(JVM_LIB)/.markers
+	mvn -q -B -f tools/jvm/pom.xml -Djvm.lib=$(abspath $(JVM_LIB)) package
+	@touch $@
+
 # Spark runs on Java 17; machines of this kind have it, others get Debian's headless JRE.
 java:
 	@command -v java >/dev/null 2>&1 || { \
-		echo "installing Java 17 (Debian package) for Spark"; \
+		echo "installing Java 17 (Debian package) for Spark and the JVM peers"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; }
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check kayak tools tests bench
@@ -72,8 +88,8 @@ pytest: $(VENV)/.dev-installed system-deps
 generate: $(BIN)/python
 	$(BIN)/python tools/generate_protocol.py $(SPECS)
 
-bench: $(VENV)/.dev-installed
+bench: $(VENV)/.dev-installed jvm
 	$(BIN)/python bench/record_batch.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(JVM_LIB) tools/jvm/target tools/jvm/*/target .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.certs",
+    "tests.fixtures.jvm",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
