@@ -51,6 +51,13 @@ class BrokerConfig:
     connections_max_reauth_ms: int = 0  # connections.max.reauth.ms; 0: no re-authentication
     # connection.failed.authentication.delay.ms: a failed login is answered after this delay
     connection_failed_authentication_delay_ms: int = 100
+    # The failed-login limiter (kayak extensions, see broker/security/login_limiter.py): per
+    # client address and per user, this many failures are answered without extra delay,
+    # then failures are answered later and later, refilling at this rate; an address's
+    # passwords are checked (or its failures held back) this many at once, others queue.
+    login_failures_burst: int = 10  # login.failures.burst
+    login_failures_per_second: float = 1.0  # login.failures.per.second
+    login_max_in_flight_per_ip: int = 8  # login.max.in.flight.per.ip
     # sasl.server.max.receive.size: the largest request a SASL listener accepts from a client
     # that has not authenticated yet (then socket.request.max.bytes applies)
     sasl_server_max_receive_size: int = 524_288
@@ -67,6 +74,9 @@ class BrokerConfig:
     schema_registry_auth: bool | None = None
     schema_registry_writers: tuple[str, ...] = ()
     schema_registry_tls: bool = False  # serve HTTPS with the broker's certificate
+    # Host names the registry's web server answers to when it asks for no password, besides
+    # its own addresses and names (DNS rebinding); "*": any.
+    schema_registry_allowed_hosts: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -106,7 +116,16 @@ class BrokerConfig:
             raise ConfigError("max.connections.per.ip", "must be at least 1")
         if self.request_receive_timeout_ms < 1:
             raise ConfigError("request.receive.timeout.ms", "must be at least 1")
+        self._validate_login_limiter()
         self.log.validate()
+
+    def _validate_login_limiter(self) -> None:
+        if self.login_failures_burst < 1:
+            raise ConfigError("login.failures.burst", "must be at least 1")
+        if not self.login_failures_per_second > 0:
+            raise ConfigError("login.failures.per.second", "must be more than 0")
+        if self.login_max_in_flight_per_ip < 1:
+            raise ConfigError("login.max.in.flight.per.ip", "must be at least 1")
 
     def _validate_advertised_listeners(self) -> None:
         protocols = {listener.protocol for listener in self.effective_listeners}

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import Counter, deque
 from typing import Any, cast
@@ -129,11 +130,19 @@ class BrokerConnection(asyncio.BufferedProtocol):
     """
 
     def __init__(
-        self, broker: BrokerContext, listener: Listener, tracker: ConnectionTracker
+        self,
+        broker: BrokerContext,
+        listener: Listener,
+        tracker: ConnectionTracker,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.broker = broker
         self.listener = listener
         self._tracker = tracker
+        # TLS listeners: the connection is admitted (counted against the limits) when it is
+        # accepted, then its socket is handed to the loop's TLS handshake (_hand_over_to_tls).
+        self._tls = tls
+        self._handshake: asyncio.Task[None] | None = None
         self._protocol = ServerConnection(broker.config.socket_request_max_bytes)
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()  # looked up once: each lookup costs a getpid()
@@ -151,7 +160,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._drained = asyncio.Event()
         self._drained.set()
         self._closed = False
-        self._refused = False
+        self._released = False  # not (or no longer) counted by the tracker: refused or lost
         self._metrics = tracker.metrics
         self._unsent: list[tuple[int, Timing]] = []  # encoded, not yet written (metrics)
 
@@ -160,16 +169,57 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports quack like asyncio.Transport without subclassing it.
         transport = cast(asyncio.Transport, transport)
-        self._transport = transport
+        if self._handshake is not None:  # the TLS transport, its handshake done
+            self._serve(transport)
+            return
         peer = transport.get_extra_info("peername")
         self._client_host = str(peer[0]) if peer else "?"
         if not self._tracker.admit(self, self._client_host):
-            self._refused = True
+            self._released = True
             self._closed = True
             transport.close()
             return
         self.session = ConnectionSession(self.listener, self._client_host)
         self._last_activity = time.monotonic()
+        if self._tls is not None:
+            # Counted from accept, so sockets that never finish (or start) a handshake use
+            # up max.connections(.per.ip) like any other, for at most the handshake timeout.
+            self._hand_over_to_tls(transport, self._tls)
+            return
+        self._serve(transport)
+
+    def _hand_over_to_tls(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Give the accepted socket to the loop's TLS server side (connect_accepted_socket),
+        which calls connection_made again once the handshake is done. Done before the loop
+        reads anything from the plain transport (uvloop starts reading right after
+        connection_made), so the ClientHello is still in the kernel for the TLS side."""
+        raw = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+        transport.set_protocol(asyncio.Protocol())  # its connection_lost is not this one's
+        transport.abort()  # the duplicate descriptor keeps the TCP connection open
+        self._handshake = self._loop.create_task(self._start_tls(raw, context))
+
+    async def _start_tls(self, raw: socket.socket, context: ssl.SSLContext) -> None:
+        timeout_s = self._tracker.receive_s
+        try:
+            await self._loop.connect_accepted_socket(
+                lambda: self, raw, ssl=context, ssl_handshake_timeout=timeout_s
+            )
+        except asyncio.CancelledError:  # closed (the broker stops) during the handshake
+            raw.close()
+            self.connection_lost(None)
+            raise
+        except Exception as exc:  # a failed handshake fails in many ways
+            log.info(
+                "closing connection from %s: no TLS handshake within %d ms "
+                "(request.receive.timeout.ms), or a failed one: %s",
+                self._client_host, round(timeout_s * 1000), exc or type(exc).__name__,
+            )  # fmt: skip
+            raw.close()
+            self.connection_lost(None)  # gives the slot back (once: it checks)
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        """The connection is admitted (and encrypted, on TLS listeners): requests may flow."""
+        self._transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -252,8 +302,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
             self._transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._refused:
+        if self._released:
             return
+        self._released = True  # once: a failed TLS handshake may report it twice
         self._closed = True
         self._drained.set()
         self._cancel_pending()
@@ -267,6 +318,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._closed = True
         if self._transport is not None:
             self._transport.close()
+        elif self._handshake is not None:  # still in its TLS handshake
+            self._handshake.cancel()
 
     def check_deadlines(self, now: float, idle_s: float, receive_s: float) -> None:
         """Close if a started request is overdue, or if idle for ``idle_s`` (the sweep)."""

@@ -16,6 +16,7 @@ import os
 import ssl
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +54,7 @@ from kayak.broker.security.listeners import Listener, SecurityProtocol
 from kayak.broker.security.session import ConnectionSession
 from kayak.broker.security.tls import ktls_available, server_context
 from kayak.broker.shards import ShardAddress, ShardRegistry
+from kayak.broker.web import WebMount
 from kayak.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -76,10 +78,17 @@ class Broker:
     """A single-node, durable Kafka-compatible broker running on the current event loop."""
 
     def __init__(
-        self, data_dir: str | Path | None = None, *, metrics: bool = True, **settings: Any
+        self,
+        data_dir: str | Path | None = None,
+        *,
+        metrics: bool = True,
+        web_mounts: Sequence[WebMount] = (),
+        **settings: Any,
     ) -> None:
         """``settings`` are :class:`BrokerConfig` fields; ``metrics=False`` turns the
-        Prometheus metrics off (nothing is timed or counted per request, ``/metrics`` is 404)."""
+        Prometheus metrics off (nothing is timed or counted per request, ``/metrics`` is 404);
+        ``web_mounts`` add pages to the registry's web server (``kayak broker`` adds the web
+        console)."""
         config = BrokerConfig(**settings)
         if data_dir is not None:
             config = replace(config, data_dir=Path(data_dir))
@@ -104,6 +113,7 @@ class Broker:
         self._retention: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._registry: SchemaRegistry | None = None
+        self._web_mounts = tuple(web_mounts)
         self._lock: DirectoryLock | None = None
         self.metrics: BrokerMetrics | None = BrokerMetrics(config.node_id) if metrics else None
         self._offsets: ConsumerOffsetsTopic | None = None
@@ -185,17 +195,15 @@ class Broker:
         loop = asyncio.get_running_loop()
         config = self.config
         for listener in config.effective_listeners:
-            tls = self.ssl_context if listener.protocol.uses_tls else None
             try:
+                # No ssl= here: each connection runs its own TLS handshake once it has been
+                # counted against the connection limits (BrokerConnection.connection_made).
                 server = await loop.create_server(
                     functools.partial(self._new_connection, listener),
                     listener.host,
                     listener.port,
                     reuse_address=True,
                     backlog=1024,
-                    ssl=tls,
-                    # A client that never finishes its handshake holds nothing for long.
-                    ssl_handshake_timeout=config.request_receive_timeout_ms / 1000 if tls else None,
                 )
             except OSError as exc:
                 await self.stop()
@@ -291,6 +299,7 @@ class Broker:
             config=self.config, credentials=self.context.credentials,
             # The SASL logins' limiter: HTTP basic auth is no way around it.
             limiter=authenticator.limiter if authenticator is not None else None,
+            web_mounts=self._web_mounts,
         )  # fmt: skip
         try:
             await registry.start()
@@ -409,10 +418,11 @@ class Broker:
     # -- internals ----------------------------------------------------------------------
 
     def _new_connection(self, listener: Listener) -> BrokerConnection:
-        # Limits are checked once the connection is made (after a TLS handshake), when the
-        # client's address is known.
+        # Limits are checked once the connection is made (before any TLS handshake), when
+        # the client's address is known.
         assert self.context is not None and self._tracker is not None
-        return BrokerConnection(self.context, listener, self._tracker)
+        tls = self.ssl_context if listener.protocol.uses_tls else None
+        return BrokerConnection(self.context, listener, self._tracker, tls)
 
     def _load_or_create_meta(self) -> str:
         with exclusive_lock(self.config.data_dir / "meta.lock"):

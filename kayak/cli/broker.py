@@ -234,6 +234,12 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
 @click.option("--schema-registry-writers", default=None, callback=_writers, metavar="USER;...",
               help="Users who may register and delete schemas (others may only read), "
               "separated by ';' (e.g. 'alice;bob').")  # fmt: skip
+@click.option("--schema-registry-allowed-hosts", default=None, callback=_names,
+              metavar="HOST,...",
+              help="Without registry authentication, further host names the registry (and "
+              "/metrics, the console) may be reached under; others get 421 (DNS rebinding). "
+              "Its own addresses, localhost and this machine's name always work; * allows "
+              "any.")  # fmt: skip
 @click.option(
     "--schema-registry-auth/--no-schema-registry-auth",
     default=None,
@@ -273,9 +279,11 @@ def broker(
     schema_registry_tls: bool,
     schema_registry_writers: tuple[str, ...],
     schema_registry_auth: bool | None,
+    schema_registry_allowed_hosts: tuple[str, ...],
 ) -> None:
     """Run a durable Kafka-compatible broker until SIGTERM or Ctrl-C."""
     from kayak.broker import Broker
+    from kayak.console import mount_console
 
     logging.getLogger("kayak").setLevel(min(logging.getLogger().level, logging.INFO))
     _check_listener_options(listeners)
@@ -297,6 +305,7 @@ def broker(
         "schema_registry_tls": schema_registry_tls,
         "schema_registry_writers": schema_registry_writers,
         "schema_registry_auth": schema_registry_auth,
+        "schema_registry_allowed_hosts": schema_registry_allowed_hosts,
     }
     if shards > 1 and node_id is None:
         from kayak.broker.config import BrokerConfig
@@ -326,7 +335,8 @@ def broker(
     }
     if exit_with_parent:
         _watch_parent()
-    server = _checked(lambda: Broker(data_dir, **settings))
+    # The web console rides on the registry's web server; the CLI, not the broker, adds it.
+    server = _checked(lambda: Broker(data_dir, web_mounts=(mount_console,), **settings))
     try:
         run_event_loop(_serve(server))
     except OSError as exc:

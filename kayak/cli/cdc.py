@@ -89,17 +89,19 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
 @click.argument("source")
 @click.argument("tables", nargs=-1, required=True)
 @bootstrap_option
-@click.option("--registry-url", default="http://127.0.0.1:8081", show_default=True,
-              help="Schema registry for the Avro schemas.")  # fmt: skip
+@click.option("--registry-url", default=None,
+              help="Schema registry for the Avro schemas [default: -X schema.registry.url, "
+              "else http://127.0.0.1:8081].")  # fmt: skip
 @click.option("--prefix", default="kayak", show_default=True, help="Topic prefix.")
 @click.option("--format", "value_format", type=click.Choice(["avro", "json"]), default="avro",
               show_default=True, help="Event encoding.")  # fmt: skip
 @SLOT_OPTION
 @click.option("-X", "properties", multiple=True, metavar="PROP=VALUE",
-              help="Producer property (Kafka name), repeatable.")  # fmt: skip
+              help="Producer property (Kafka name), repeatable; schema.registry.* and "
+              "basic.auth.* go to the schema registry client (Confluent's names).")  # fmt: skip
 @STATUS_INTERVAL_OPTION
 def run(
-    source: str, tables: tuple[str, ...], registry_url: str, prefix: str,
+    source: str, tables: tuple[str, ...], registry_url: str | None, prefix: str,
     value_format: str, slot: str, properties: tuple[str, ...], status_interval: float,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE into topics PREFIX.SCHEMA.TABLE until Ctrl-C or SIGTERM.
@@ -119,19 +121,24 @@ def run(
     from kayak.client.sync import Admin, Producer
     from kayak.pipeline.runner import database_name, open_source, source_kind
     from kayak.pipeline.topics import topic_ensurer
-    from kayak.serde import SchemaRegistryClient
+    from kayak.serde.registry import SchemaRegistryClient, split_registry_properties
 
     console = Console(stderr=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
+        registry_config, client = split_registry_properties(parse_properties(properties))
+        url = registry_url or registry_config.pop("url", "http://127.0.0.1:8081")
+        registry_config.pop("url", None)  # --registry-url wins
+        registry = (
+            SchemaRegistryClient(url, config=registry_config) if value_format == "avro" else None
+        )
         change_source = open_source(source, tables, slot_name=slot)
-        config = {"bootstrap.servers": bootstrap, "acks": "all", **parse_properties(properties)}
+        config = {"bootstrap.servers": bootstrap, "acks": "all", **client}
         with Producer(config) as producer, Admin({"bootstrap.servers": bootstrap}) as admin:
             encoder = EventEncoder(
                 prefix=prefix, connector=source_kind(source),
-                value_format="avro" if value_format == "avro" else "json",
-                registry=SchemaRegistryClient(registry_url) if value_format == "avro" else None,
+                value_format="avro" if value_format == "avro" else "json", registry=registry,
             )  # fmt: skip
             publisher = ChangePublisher(
                 producer, encoder, db=database_name(source), ensure_topic=topic_ensurer(admin)

@@ -46,8 +46,10 @@ def demo(rows: int, changes: int, data_dir: Path | None, master: str) -> None:
         with tempfile.TemporaryDirectory(prefix="kayak-demo-") as tmp:
             _run(console, Path(tmp), rows, changes, master)
     else:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        _run(console, data_dir, rows, changes, master)
+        # Absolute: on a cluster the executors open the target from directories of their own.
+        work = data_dir.expanduser().absolute()
+        work.mkdir(parents=True, exist_ok=True)
+        _run(console, work, rows, changes, master)
 
 
 def _run(console: Console, work: Path, rows: int, changes: int, master: str) -> None:
@@ -67,7 +69,7 @@ def _run(console: Console, work: Path, rows: int, changes: int, master: str) -> 
         create_orders(str(source_path), rows)
         prepare_source(spec)
         console.print(f"source: {source_path} (orders, {rows} rows captured as the snapshot)")
-        with console.status("starting Spark (local) and the embedded broker"):
+        with console.status(f"starting Spark ({master}) and the embedded broker"):
             spark = local_spark(master)
             running = Pipeline(spec, spark).start()
         try:

@@ -6,9 +6,9 @@ script (:mod:`kayak.console.assets`) for action forms and the live tail. Data co
 wire through kayak's own client (:mod:`kayak.console.cluster`), so the pages show what any
 Kafka client would see; the registry through its REST API.
 
-The broker mounts it with :func:`mount_console`. Nothing is imported here at module level:
-the broker's web package imports this one, and the console's modules import the client and
-parts of the broker, so they load only when the console is mounted.
+``kayak broker`` mounts it with :func:`mount_console` (handed to the broker as one of its
+``web_mounts``: the broker never imports the console, which sits above it and the client).
+Nothing is imported here at module level, so the pages load only when the console is mounted.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from kayak.pipeline.metrics import (
     subtract,
     take_snapshot,
 )
+from kayak.pipeline.runner import Pipeline
 
 __all__ = ["PipelineConsole", "PipelineHistory", "PipelinePoint", "render_pipeline"]
 
@@ -345,3 +346,23 @@ class PipelineConsole:
                 (self.link_dir / PIPELINE_LINK_FILE).unlink()
 
 
+
+
+def start_pipeline_page(pipeline: Pipeline) -> PipelineConsole:
+    """The page of a running ``pipeline`` on the host and port its spec names: what
+    ``kayak pipeline run`` hands the pipeline (which itself never imports the console)."""
+    spec = pipeline.spec
+    assert spec.metrics_port is not None and pipeline.source is not None
+    facts = {
+        "Source": without_password(spec.source), "Target": without_password(spec.target),
+        "Broker": pipeline.bootstrap_servers,
+        "Started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }  # fmt: skip
+    broker = pipeline.broker
+    return PipelineConsole(
+        pipeline, host=spec.metrics_host, port=spec.metrics_port, prefix=spec.prefix,
+        tables=[t.qualified_name for t in pipeline.source.tables()], facts=facts,
+        backlog=BacklogProbe(pipeline.bootstrap_servers, spec.client_options),
+        broker_console=f"{pipeline.registry_url}/console/" if broker else None,
+        link_dir=broker.data_dir if broker else None,
+    ).start()  # fmt: skip

@@ -21,7 +21,7 @@ from typing import Any
 import fastavro
 
 from kayak.errors import SchemaRegistryError, SerializationError
-from kayak.serde.registry import SchemaRegistryClient, schema_text
+from kayak.serde.registry import SchemaRegistryClient, registry_client, schema_text
 
 MAGIC_BYTE = 0
 HEADER = struct.Struct(">bI")  # magic byte, schema id
@@ -52,13 +52,17 @@ class AvroSerializer:
     ``auto_register=False`` only looks the schema up under the subject (an error if it is not
     registered there), for deployments where schemas are registered ahead of time.
     Schemas given as dicts are cached by identity: pass the same object each time, and do not
-    change it after first use.
+    change it after first use. ``registry``: a client, a URL, or Confluent's settings dict
+    (``{"url": "https://…", "basic.auth.user.info": "u:p", "ssl.ca.location": "ca.pem"}``).
     """
 
-    def __init__(self, registry: SchemaRegistryClient | str, *, auto_register: bool = True) -> None:
-        if isinstance(registry, str):
-            registry = SchemaRegistryClient(registry)
-        self.registry = registry
+    def __init__(
+        self,
+        registry: SchemaRegistryClient | str | Mapping[str, str],
+        *,
+        auto_register: bool = True,
+    ) -> None:
+        self.registry = registry_client(registry)
         self.auto_register = auto_register
         self._lock = threading.Lock()
         self._registered: dict[tuple[str, object], _Registered] = {}
@@ -118,15 +122,16 @@ class AvroDeserializer:
     """Confluent-framed Avro bytes to values, fetching writer schemas by id once each.
 
     With ``reader_schema`` values are resolved to it (Avro schema resolution: added fields
-    get defaults, removed ones are skipped, promotions apply).
+    get defaults, removed ones are skipped, promotions apply). ``registry`` as for
+    :class:`AvroSerializer`.
     """
 
     def __init__(
-        self, registry: SchemaRegistryClient | str, reader_schema: Schema | None = None
+        self,
+        registry: SchemaRegistryClient | str | Mapping[str, str],
+        reader_schema: Schema | None = None,
     ) -> None:
-        if isinstance(registry, str):
-            registry = SchemaRegistryClient(registry)
-        self.registry = registry
+        self.registry = registry_client(registry)
         self.reader_schema = reader_schema
         self._reader = None if reader_schema is None else _parse(reader_schema)
         self._writers: dict[int, Any] = {}

@@ -7,11 +7,14 @@ each request is its own ``urllib`` call (the standard library: the client stays 
 dependency-free). Pickling keeps the URL and options only (Spark ships clients to executors),
 and the caches refill there.
 
-Security, with Confluent's property names (the ``schema.registry.`` prefix is optional):
-``basic.auth.credentials.source`` (``USER_INFO``: ``basic.auth.user.info`` is
-``"user:password"``; ``URL``: the user and password in the URL, ``https://user:pw@host``)
+Settings, with the property names of Confluent's clients (the ``schema.registry.`` prefix is
+optional): ``url``; ``basic.auth.credentials.source`` (``USER_INFO``: ``basic.auth.user.info``
+is ``"user:password"``; ``URL``: the user and password in the URL, ``https://user:pw@host``)
 and, for ``https://`` URLs, ``ssl.ca.location`` (a PEM CA bundle to trust instead of the
-system's). The host name is always checked against the certificate.
+system's), ``ssl.certificate.location`` and ``ssl.key.location`` (a client certificate). The
+host name is always checked against the certificate. Among Kafka client properties (``-X``
+on the command line) the registry's are told apart as Confluent's serializers tell them:
+``schema.registry.*`` and ``basic.auth.*`` (:func:`split_registry_properties`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _PREFIX = "schema.registry."
 # The properties the client understands, without the optional "schema.registry." prefix.
 SECURITY_PROPERTIES = frozenset(
-    {"basic.auth.credentials.source", "basic.auth.user.info", "ssl.ca.location"}
-)
+    {"basic.auth.credentials.source", "basic.auth.user.info", "ssl.ca.location",
+     "ssl.certificate.location", "ssl.key.location"}
+)  # fmt: skip
+# Registry properties that keep their own name among Kafka client properties (Confluent's
+# serializer configs spell them so); every other one there carries the prefix.
+_UNPREFIXED_IN_CLIENT_CONFIG = ("basic.auth.credentials.source", "basic.auth.user.info")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +65,20 @@ class SchemaRegistryClient:
     """Talks to the registry at ``url`` (``http(s)://host:port``); see the module docstring.
 
     ``config`` takes the security properties (``basic.auth.user.info``, ...); an unknown
-    property is a ``ConfigError`` rather than silently ignored.
+    property is a ``ConfigError`` rather than silently ignored. As Confluent's client, it
+    may also be built from one dict holding ``url`` and the rest:
+    ``SchemaRegistryClient({"url": "https://…", "basic.auth.user.info": "u:p"})``.
     """
 
     def __init__(
-        self, url: str, *, timeout_s: float = 10.0, config: Mapping[str, str] | None = None
+        self,
+        url: str | Mapping[str, str],
+        *,
+        timeout_s: float = 10.0,
+        config: Mapping[str, str] | None = None,
     ) -> None:
+        if not isinstance(url, str):
+            url, config = _url_and_config(url, config)
         self.config = dict(config or {})
         self._given_url = url  # with any credentials in it, for pickling
         self.url, self._authorization = _address_and_credentials(url.rstrip("/"), self.config)
@@ -208,6 +223,52 @@ class SchemaRegistryClient:
             ) from None
 
 
+def registry_client(
+    registry: SchemaRegistryClient | str | Mapping[str, str],
+) -> SchemaRegistryClient:
+    """A client for ``registry``: a client as is, a URL, or Confluent's config dict."""
+    if isinstance(registry, SchemaRegistryClient):
+        return registry
+    return SchemaRegistryClient(registry)
+
+
+def split_registry_properties(
+    properties: Mapping[str, str],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(the schema registry's properties, the rest) of Kafka client ``properties``.
+
+    The registry's are ``schema.registry.*`` (``schema.registry.url``,
+    ``schema.registry.ssl.ca.location``, ...) and ``basic.auth.credentials.source`` /
+    ``basic.auth.user.info``, as Confluent's serializer configs name them; they are returned
+    without the prefix (``url``, ``ssl.ca.location``, ...). An unprefixed ``ssl.*`` stays a
+    Kafka property: it configures the connection to the brokers.
+    """
+    registry: dict[str, str] = {}
+    rest: dict[str, str] = {}
+    for name, value in properties.items():
+        if name.startswith(_PREFIX):
+            registry[name.removeprefix(_PREFIX)] = value
+        elif name in _UNPREFIXED_IN_CLIENT_CONFIG:
+            registry[name] = value
+        else:
+            rest[name] = value
+    return registry, rest
+
+
+def _url_and_config(
+    settings: Mapping[str, str], config: Mapping[str, str] | None
+) -> tuple[str, dict[str, str]]:
+    merged = {name.removeprefix(_PREFIX): value for name, value in settings.items()}
+    merged.update(config or {})
+    url = merged.pop("url", None)
+    if not url:
+        raise ConfigError("url", "the schema registry settings name no url (schema.registry.url)")
+    if "," in url:
+        # Confluent's clients take several URLs and use the first that answers; kayak's one.
+        raise ConfigError("url", f"{url!r}: give one schema registry URL")
+    return url, merged
+
+
 def _setting(config: Mapping[str, str], name: str) -> str | None:
     """A property, spelled with or without the ``schema.registry.`` prefix."""
     value = config.get(name)
@@ -246,14 +307,27 @@ def _address_and_credentials(url: str, config: Mapping[str, str]) -> tuple[str, 
 
 
 def _ssl_context(url: str, config: Mapping[str, str]) -> ssl.SSLContext | None:
-    """For https: the system's trust store, or only ``ssl.ca.location``'s CAs when set."""
+    """For https: the system's trust store, or only ``ssl.ca.location``'s CAs when set; and
+    a client certificate when ``ssl.certificate.location`` (and ``ssl.key.location``) name one."""
     ca = _setting(config, "ssl.ca.location")
+    certificate = _setting(config, "ssl.certificate.location")
+    key = _setting(config, "ssl.key.location")
     if not url.startswith("https://"):
         return None
     try:
-        return ssl.create_default_context(cafile=ca)
+        context = ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError("ssl.ca.location", f"cannot load {ca}: {exc}") from None
+    if certificate is not None:
+        try:
+            context.load_cert_chain(certificate, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                "ssl.certificate.location", f"cannot load {certificate} (key {key}): {exc}"
+            ) from None
+    elif key is not None:
+        raise ConfigError("ssl.key.location", "needs ssl.certificate.location")
+    return context
 
 
 def _segment(value: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kayak.broker.log.loader import LOG_END
 from tests.broker.crash import CrashHarness, HarnessConfig, RoundResult, Writer
 
 MIB_PER_ROUND = 50.0
@@ -57,10 +58,13 @@ def test_two_shards_kill_a_shard_twice(tmp_path: Path) -> None:
 def drop_plain_tail(data_dir: Path) -> None:
     """What a broker that acknowledged writes it never made durable would leave after a
     crash: the second half of the non-idempotent producer's largest partition is gone (the
-    last MiB or so may never have been acknowledged: records in flight)."""
+    last MiB or so may never have been acknowledged: records in flight). Such a broker would
+    not have recorded those records durable either, so the record of the log's end goes too
+    (kayak itself takes a log that ends below its record offline)."""
     logs = data_dir.glob(f"{Writer.CONFLUENT_PLAIN.topic}-*/*.log")
     largest = max(logs, key=lambda path: path.stat().st_size)
     os.truncate(largest, largest.stat().st_size // 2)
+    (largest.parent / LOG_END).unlink(missing_ok=True)
 
 
 @pytest.mark.timeout(300)

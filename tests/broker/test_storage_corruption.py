@@ -422,7 +422,7 @@ def garble(path: Path, start: int, length: int, seed: int) -> None:
 
 @dataclass
 class TornLog:
-    """A closed partition directory whose active segment is about to be damaged."""
+    """A partition directory as a crash left it, its active segment about to be damaged."""
 
     directory: Path
     config: LogConfig
@@ -446,7 +446,10 @@ def write_torn_log(
     directory = tmp / "t-0"
     plog = PartitionLog.open(directory, config)
     written = write_batches(plog, sizes, [counts() for _ in sizes])
-    plog.close()
+    # Not closed (a clean stop seals and records the end: no crash could tear it then), only
+    # its files let go of; what the active segment holds was never synced.
+    for segment in plog.segments:
+        segment.close()
     active = segment_files(tmp, "t")[-1]
     headers = batches_of(active)
     return TornLog(directory, config, written, active, headers, len(written) - len(headers))

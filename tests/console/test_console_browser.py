@@ -21,6 +21,7 @@ import pytest
 
 from kayak.broker import Broker
 from kayak.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from kayak.console import mount_console
 from kayak.serde import AvroSerializer
 from tests.security.threaded_broker import ThreadedBroker
 
@@ -148,7 +149,10 @@ def _produce_data(threaded: ThreadedBroker, broker: Broker) -> Consumer:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    threaded = ThreadedBroker(tmp_path_factory.mktemp("console"), port=0, schema_registry_port=0)
+    threaded = ThreadedBroker(
+        tmp_path_factory.mktemp("console"), port=0, schema_registry_port=0,
+        web_mounts=(mount_console,),
+    )  # fmt: skip
     broker = threaded.__enter__()
     browser = None
     member = None

@@ -23,6 +23,7 @@ from kayak.broker.security.credentials import CredentialStore
 from kayak.broker.security.listeners import parse_listeners
 from kayak.client import Admin, Consumer, NewTopic, Producer, TopicPartition
 from kayak.client.admin import GroupDescription, MemberDescription
+from kayak.console import mount_console
 from kayak.console.decode import show
 from kayak.console.groups import OffsetRow, render_group
 from kayak.console.html import Html, render
@@ -133,7 +134,9 @@ def _csrf(page: str) -> str:
 
 def test_pages_over_http_escape_group_ids_and_keys_and_actions_need_csrf(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with Broker(tmp_path, port=0, schema_registry_port=0) as broker:
+        async with Broker(
+            tmp_path, port=0, schema_registry_port=0, web_mounts=(mount_console,)
+        ) as broker:
             url = broker.schema_registry_url
             assert url is not None
             bootstrap = broker.bootstrap_servers
@@ -195,7 +198,7 @@ def test_with_sasl_the_console_needs_a_login_and_uses_it_on_the_wire(tmp_path: P
             "schema_registry_port": 0,
             "super_users": ("User:admin",),
         }
-        async with Broker(tmp_path, **settings) as broker:
+        async with Broker(tmp_path, web_mounts=(mount_console,), **settings) as broker:
             url = broker.schema_registry_url
             assert url is not None
             admin_login = basic("admin", "admin-secret")

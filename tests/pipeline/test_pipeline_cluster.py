@@ -110,3 +110,23 @@ def test_the_executors_apply_and_the_driver_stays_flat(
     # The old driver-side apply held every change of a batch as Python objects in the driver
     # (tens of MiB for 20,000 rows); now only a few rows of counts cross.
     assert large_mib - small_mib < 16, (small_mib, large_mib)
+
+
+def test_the_demo_runs_on_a_cluster_with_a_relative_data_dir(
+    spark_cluster: SparkCluster, tmp_path: Path
+) -> None:
+    """An executor of a standalone worker runs in a directory of its own, so a relative SQLite
+    path handed to it named another file, or none: the pipeline makes every path absolute.
+    (In this file, not its own: the cluster fixture starts once per file and worker.)"""
+    demo = subprocess.run(
+        [sys.executable, "-m", "kayak", "demo", "--rows", "50", "--changes", "200",
+         "--master", spark_cluster.master_url, "--data-dir", "relative/demo"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stdout + demo.stderr[-3000:]
+    last = demo.stdout.strip().splitlines()[-1]
+    assert last.startswith("verified: ") and last.endswith(" rows, source == target"), last
+    # The files are where the relative directory says, from the driver's working directory.
+    target = tmp_path / "relative" / "demo" / "target.db"
+    (rows,) = sqlite3.connect(target).execute("SELECT count(*) FROM orders").fetchone()
+    assert last == f"verified: {rows} rows, source == target"

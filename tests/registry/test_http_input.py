@@ -13,7 +13,7 @@ from aiohttp import web
 from kayak.broker.web import WebLimits, WebServer
 from tests.registry.conftest import call, record_schema
 
-HOST = b"Host: registry\r\n"
+HOST = b"Host: localhost\r\n"
 
 
 def read_answer(sock: socket.socket) -> bytes:
@@ -105,7 +105,7 @@ def test_a_body_at_the_limit_is_read_and_refused_as_a_schema(url: str, subject: 
 def test_chunked_bodies_within_and_over_the_limit(url: str, subject: str) -> None:
     body = json.dumps({"schema": record_schema("Chunked", ("x", "int"))}).encode()
     head = (
-        f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: r\r\n"
+        f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: localhost\r\n"
         "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     ).encode()
     half = len(body) // 2
@@ -127,8 +127,8 @@ def test_chunked_bodies_within_and_over_the_limit(url: str, subject: str) -> Non
 
 
 def test_keep_alive_pipelining_and_http_1_0(url: str) -> None:
-    one = b"GET /schemas/types HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /schemas/types HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    one = b"GET /schemas/types HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    last = b"GET /schemas/types HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
         sock.sendall(one * 3 + last)
@@ -146,7 +146,7 @@ def test_expect_100_continue(url: str, subject: str) -> None:
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
         sock.sendall(
-            f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: r\r\n"
+            f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: localhost\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode()
         )
@@ -157,7 +157,7 @@ def test_expect_100_continue(url: str, subject: str) -> None:
     # Over the limit: refused at once, the client is never told to send the body.
     too_big = exchange(
         url,
-        f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: r\r\n"
+        f"POST /subjects/{subject}/versions HTTP/1.1\r\nHost: localhost\r\n"
         "Content-Type: application/json\r\nContent-Length: 17825792\r\n"
         "Expect: 100-continue\r\n\r\n".encode(),
     )

@@ -127,6 +127,8 @@ KAFKA_BROKER_DEFAULTS: dict[str, tuple[ConfigType, str | None]] = {
     "transaction.state.log.replication.factor": (_S, "3"),
 }
 
+_BROKER_TOPIC_DEFAULTS = frozenset(d.server_property for d in TOPIC_CONFIGS.values())
+
 # Configurations a Kafka broker changes at runtime (DynamicBrokerConfig); every other one
 # is read-only, and altering it is refused as Kafka refuses it.
 _DYNAMIC = frozenset(
@@ -141,9 +143,78 @@ _DYNAMIC = frozenset(
 )  # fmt: skip
 
 
+# Kafka's dynamic broker configurations kayak has no use for (Kafka 3.9's
+# DynamicBrokerConfig.AllDynamicConfigs less those kayak acts on), with their types: a change
+# is accepted and kept, as a Kafka broker accepts it (see broker_configs).
+_UNUSED_DYNAMIC: dict[str, ConfigType] = {
+    "background.threads": _I, "config.providers": _LIST,
+    "follower.replication.throttled.rate": _L, "leader.replication.throttled.rate": _L,
+    "listener.security.protocol.map": _S, "log.cleaner.backoff.ms": _L,
+    "log.cleaner.dedupe.buffer.size": _L, "log.cleaner.io.buffer.load.factor": _D,
+    "log.cleaner.io.buffer.size": _I, "log.cleaner.io.max.bytes.per.second": _D,
+    "log.cleaner.threads": _I, "log.flush.scheduler.interval.ms": _L,
+    "max.connection.creation.rate": _I, "max.connections.per.ip.overrides": _S,
+    "metric.reporters": _LIST, "num.io.threads": _I, "num.network.threads": _I,
+    "num.recovery.threads.per.data.dir": _I, "num.replica.fetchers": _I,
+    "principal.builder.class": ConfigType.CLASS, "producer.id.expiration.ms": _I,
+    "remote.log.index.file.cache.total.size.bytes": _L,
+    "remote.log.manager.copy.max.bytes.per.second": _L,
+    "remote.log.manager.fetch.max.bytes.per.second": _L,
+    "replica.alter.log.dirs.io.max.bytes.per.second": _L,
+    "sasl.jaas.config": _P, "sasl.kerberos.kinit.cmd": _S,
+    "sasl.kerberos.min.time.before.relogin": _L, "sasl.kerberos.principal.to.local.rules": _LIST,
+    "sasl.kerberos.service.name": _S, "sasl.kerberos.ticket.renew.jitter": _D,
+    "sasl.kerberos.ticket.renew.window.factor": _D,
+    "sasl.login.refresh.buffer.seconds": ConfigType.SHORT,
+    "sasl.login.refresh.min.period.seconds": ConfigType.SHORT,
+    "sasl.login.refresh.window.factor": _D, "sasl.login.refresh.window.jitter": _D,
+    "sasl.mechanism.inter.broker.protocol": _S, "ssl.cipher.suites": _LIST,
+    "ssl.client.auth": _S, "ssl.enabled.protocols": _LIST,
+    "ssl.endpoint.identification.algorithm": _S, "ssl.engine.factory.class": ConfigType.CLASS,
+    "ssl.keymanager.algorithm": _S, "ssl.protocol": _S, "ssl.provider": _S,
+    "ssl.secure.random.implementation": _S, "ssl.trustmanager.algorithm": _S,
+    "transaction.partition.verification.enable": _B,
+}  # fmt: skip
+
+# SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix
+# (listener.name.NAME.ssl.keystore.location), refused without one.
+_LISTENER_ONLY = frozenset(
+    {"ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates"}
+)  # fmt: skip
+
+# Static Kafka broker configurations tools are known to try to alter, besides those above.
+_STATIC = frozenset(
+    {"zookeeper.connect", "controller.quorum.voters", "controller.listener.names",
+     "inter.broker.listener.name", "inter.broker.protocol.version", "log.message.format.version",
+     "authorizer.class.name", "delegation.token.secret.key", "reserved.broker.max.id"}
+)  # fmt: skip
+
+
 def is_dynamic(name: str) -> bool:
     """Whether a Kafka broker accepts a runtime change of broker configuration ``name``."""
-    return name in _DYNAMIC
+    return name in _DYNAMIC or name in _UNUSED_DYNAMIC or name in _LISTENER_ONLY
+
+
+def unused_dynamic_type(name: str) -> ConfigType | None:
+    """The type of a dynamic broker configuration kayak does not use (None: kayak uses it,
+    or it is not one)."""
+    return _UNUSED_DYNAMIC.get(name)
+
+
+def listener_only(name: str) -> bool:
+    """Whether ``name`` may change at runtime only with a listener prefix (keystores)."""
+    return name in _LISTENER_ONLY
+
+
+def is_known_broker_config(name: str) -> bool:
+    """Whether ``name`` is a Kafka broker configuration kayak knows (an unknown one is a
+    custom config, which Kafka accepts)."""
+    return (
+        name in KAFKA_BROKER_DEFAULTS or name in _BROKER_TOPIC_DEFAULTS or name in _STATIC
+        or is_dynamic(name)
+    )  # fmt: skip
 
 
 def broker_entries(config: BrokerConfig, groups: GroupCoordinatorConfig | None) -> list[Entry]:

@@ -3,9 +3,10 @@
 Every topic configuration of Kafka is described (see :mod:`.config_entries` for sources and
 synonyms) and may be set; IncrementalAlterConfigs APPENDs to and SUBTRACTs from list
 configurations. A broker configuration Kafka cannot change at runtime is refused as Kafka
-refuses it (INVALID_REQUEST, "Cannot update these configs dynamically"); kayak applies no
-broker change at runtime, so the others are refused too, with a message saying so, unless
-they leave the value as it is.
+refuses it (INVALID_REQUEST, "Cannot update these configs dynamically"); Kafka's dynamic
+configs kayak does not use, and custom ones, are accepted and kept, as Kafka accepts them;
+those kayak acts on are refused unless they leave the value as it is (kayak applies no
+broker change at runtime): see :mod:`.broker_configs`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Callable, Sequence
 
 from kayak.broker.catalog import Topic
 from kayak.broker.context import RequestContext
+from kayak.broker.handlers import broker_configs
+from kayak.broker.handlers.broker_configs import with_kept
 from kayak.broker.handlers.config_entries import (
     DEFAULT_CONFIG,
     Entry,
     broker_entries,
-    is_dynamic,
     topic_entries,
 )
 from kayak.broker.log.config_defs import LIST_CONFIGS, TOPIC_CONFIGS
@@ -150,8 +152,10 @@ def _describe(
 
 
 def _broker_entries(ctx: RequestContext) -> list[Entry]:
+    """The broker's configs, with those accepted at runtime (broker_configs) in front."""
     coordinator = ctx.broker.coordinator
-    return broker_entries(ctx.broker.config, coordinator.config if coordinator else None)
+    configured = broker_entries(ctx.broker.config, coordinator.config if coordinator else None)
+    return with_kept(ctx.broker, configured)
 
 
 def _described(entry: Entry, synonyms: bool) -> DescribeConfigsResourceResult:
@@ -186,7 +190,7 @@ async def handle_alter_configs(
         def replace_all(_: Topic, wanted: dict[str, str] = wanted) -> dict[str, str]:
             return wanted
 
-        await _alter(ctx, result, changes, replace_all, request.validate_only)
+        await _alter(ctx, result, changes, replace_all, request.validate_only, replace=True)
         response.responses.append(result)
     return response
 
@@ -253,6 +257,8 @@ async def _alter(
     changes: list[Change],
     overrides_for: Callable[[Topic], dict[str, str]],
     validate_only: bool,
+    *,
+    replace: bool = False,
 ) -> None:
     refusal = _refusal(ctx, result.resource_type, result.resource_name, _ALTER)
     if refusal is not None:
@@ -264,7 +270,7 @@ async def _alter(
         result.error_message = "Error due to duplicate config keys"
         return
     if result.resource_type == BROKER_RESOURCE:
-        _alter_broker(ctx, result, changes)
+        _alter_broker(ctx, result, changes, validate_only, replace)
         return
     if result.resource_type != TOPIC_RESOURCE:
         result.error_code = ErrorCode.INVALID_REQUEST
@@ -298,36 +304,19 @@ def warn_if_compacted(topic: Topic) -> None:
         )
 
 
-def _alter_broker(ctx: RequestContext, result: _Result, changes: list[Change]) -> None:
-    """Refuse broker changes as Kafka refuses read-only ones; kayak applies none at runtime,
-    so a change is accepted only when it leaves the value as it is."""
+def _alter_broker(
+    ctx: RequestContext, result: _Result, changes: list[Change], validate_only: bool,
+    replace: bool,
+) -> None:  # fmt: skip
+    """Kafka's answer (see :mod:`.broker_configs`); what is accepted is kept."""
     wrong = _wrong_broker(ctx, result.resource_name)
     if wrong is not None:
         result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, wrong
         return
     current = {entry.name: entry for entry in _broker_entries(ctx)}
-    read_only = sorted(name for name, _, _ in changes if not is_dynamic(name))
-    if read_only:
-        result.error_code = ErrorCode.INVALID_REQUEST
-        result.error_message = f"Cannot update these configs dynamically: {', '.join(read_only)}"
+    refused = broker_configs.refusal(ctx.broker, result.resource_name, changes, current)
+    if refused is not None:
+        result.error_code, result.error_message = refused
         return
-    changing = sorted(
-        name
-        for name, operation, value in changes
-        if not _no_op(current.get(name), operation, value)
-    )
-    if changing:
-        result.error_code = ErrorCode.INVALID_REQUEST
-        result.error_message = (
-            f"kayak does not change broker configs at runtime: {', '.join(changing)}; "
-            "start `kayak broker` with the new values (topic configs can be changed at runtime)"
-        )
-
-
-def _no_op(entry: Entry | None, operation: int, value: str | None) -> bool:
-    if entry is None:
-        return False
-    if operation == SET:
-        return value == entry.value
-    # Nothing was set at runtime, so there is nothing to delete.
-    return operation == DELETE
+    if not validate_only:
+        broker_configs.keep(ctx.broker, result.resource_name, changes, replace)

@@ -102,30 +102,34 @@ def _read_all(
 def _read_one(ctx: RequestContext, want: _Wanted, max_bytes: int, min_one: bool) -> PartitionData:
     data = PartitionData(partition_index=want.partition, records=b"")
     if want.denied:
-        data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        return data
+        return _failed(data, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
         partition = _partition(ctx.broker.catalog, want)
     except KafkaError as exc:
-        data.error_code = exc.code
-        return data
+        return _failed(data, exc.code)
     plog = partition.log
-    data.high_watermark = data.last_stable_offset = plog.high_watermark
-    data.log_start_offset = plog.log_start_offset
-    data.aborted_transactions = None
     if want.leader_epoch > plog.leader_epoch:
-        data.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-        return data
+        return _failed(data, ErrorCode.UNKNOWN_LEADER_EPOCH)
     if 0 <= want.leader_epoch < plog.leader_epoch:
-        data.error_code = ErrorCode.FENCED_LEADER_EPOCH
-        return data
+        return _failed(data, ErrorCode.FENCED_LEADER_EPOCH)
     try:
         found = plog.read(want.offset, max_bytes, min_one=min_one) if max_bytes > 0 else None
     except KafkaError as exc:
-        data.error_code = exc.code
-        return data
+        return _failed(data, exc.code)
+    data.high_watermark = data.last_stable_offset = plog.high_watermark
+    data.log_start_offset = plog.log_start_offset
+    data.aborted_transactions = None
     if found is not None:
         data.records = found
+    return data
+
+
+def _failed(data: PartitionData, code: int) -> PartitionData:
+    """A partition that could not be read: no offsets are known (-1, as Kafka answers), so a
+    client never takes a failed read for the end of the partition."""
+    data.error_code = code
+    data.high_watermark = data.last_stable_offset = data.log_start_offset = -1
+    data.aborted_transactions = None
     return data
 
 

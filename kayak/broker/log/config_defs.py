@@ -155,11 +155,31 @@ def _throttled_replicas(value: Any) -> str | None:
     )
 
 
-_METADATA_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")
+# Kafka 3.9's MetadataVersion: each release and how many internal versions (-IV0, -IV1, ...)
+# it had; "0.8.0" to "0.9.0" had none.
+_RELEASE_IVS = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3, "0.10.2": 1,
+    "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1,
+    "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3,
+    "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
+}  # fmt: skip
+KAFKA_VERSIONS = frozenset(
+    [
+        *_RELEASE_IVS,
+        *(f"{release}-IV{n}" for release, ivs in _RELEASE_IVS.items() for n in range(ivs)),
+    ]
+)
 
 
 def _message_format_version(value: Any) -> str | None:
-    return None if _METADATA_VERSION.fullmatch(value) else "not a Kafka version, e.g. 3.0-IV1"
+    """Kafka 3.x's check (``MetadataVersion.fromVersionString``): the first three parts of a
+    0.x version, the first two of a later one, must name a known version, so ``0.10.0.0``
+    and ``2.8.1`` pass and ``9.9`` does not. Kafka 3.x then ignores the value (its brokers
+    write magic 2 batches whatever it says); Kafka 4.x removed the config."""
+    parts = value.split(".")
+    kept = 3 if value.startswith("0.") else 2
+    key = value if kept >= len(parts) else ".".join(parts[:kept])
+    return None if key in KAFKA_VERSIONS else f"Version {value} is not a valid version"
 
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -247,7 +267,8 @@ NOT_ACTED_UPON: dict[str, str] = {
     "unclean.leader.election.enable": "one replica: there is no other leader to elect",
     "leader.replication.throttled.replicas": "no replication to throttle",
     "follower.replication.throttled.replicas": "no replication to throttle",
-    "message.format.version": "kayak always stores magic 2 batches (as Kafka 3.0+ does)",
+    "message.format.version": "kayak always stores magic 2 batches (Kafka 3.x accepts and "
+    "ignores it; 4.x removed it)",
     "message.downconversion.enable": "kayak does not down-convert for Fetch v0-3 clients",
     "delete.retention.ms": "no log cleaner: compact topics are not compacted yet",
     "min.compaction.lag.ms": "no log cleaner",

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from kayak.broker.log.config import LogConfig
 from kayak.broker.log.files import fsync_directory, write_atomically
-from kayak.broker.log.loader import load_segments, write_sealed_segments
+from kayak.broker.log.loader import LogEndRecorder, load_segments, write_sealed_segments
 from kayak.broker.log.open_files import OPEN_FILES, OpenFiles, SegmentFile
 from kayak.broker.log.produced import ProducedBatches
 from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
@@ -123,6 +123,7 @@ class PartitionLog:
         self._visible: _Visible | None = None
         self._flushed = (0, 0)  # (position, offset) of the active segment known durable
         self._snapshot_current = False  # the producer snapshot on disk covers the log
+        self.end_record = LogEndRecorder(directory)  # where the log reached, for a start
         # Plain counters since this process opened the log, read by the metrics at scrape
         # time: appended = stored by appends (not idempotent duplicates); read = handed out by
         # reads (records counted as offsets from the one asked for to the slice's end).
@@ -155,7 +156,10 @@ class PartitionLog:
             directory.mkdir(parents=True)
             fsync_directory(directory.parent)
         plog = cls(directory, config, visible_after_flush, files)
-        loaded = load_segments(directory, config.index_interval_bytes, clean_shutdown, files)
+        recorded = plog.end_record.load()
+        loaded = load_segments(
+            directory, config.index_interval_bytes, clean_shutdown, files, recorded
+        )
         plog.segments = loaded.segments
         if loaded.problem is not None:
             plog.take_offline(loaded.problem)
@@ -224,7 +228,8 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended record will get."""
-        return self.active.next_offset
+        # No segments: only a partition opened offline because every file is missing.
+        return self.active.next_offset if self.segments else self.log_start_offset
 
     @property
     def high_watermark(self) -> int:
@@ -347,7 +352,8 @@ class PartitionLog:
             sealing.save_indexes()
             sealing.sealed = True
             write_sealed_segments(self.directory, self.segments)
-            segment = self._new_segment(self.log_end_offset)  # its dir fsync covers both
+            self.end_record.durable(sealing.next_offset, now=True)
+            segment = self._new_segment(self.log_end_offset)  # its dir fsync covers all three
         except OSError as exc:
             # Nothing is lost (the data is synced) and the segment simply stays active; a
             # full disk must not take the partition offline. Active again: its in-memory
@@ -382,6 +388,8 @@ class PartitionLog:
         """``point`` is on disk: move the high watermark up to it."""
         if point.segment is self.active and point.position > self._flushed[0]:
             self._flushed = (point.position, point.offset)
+        if not self.closed:
+            self.end_record.durable(self.durable_offset)
         self._advance_visible(point.segment, point.position, point.offset)
 
     def flush_failed(self, point: FlushPoint, error: OSError) -> None:
@@ -556,15 +564,18 @@ class PartitionLog:
         """
         clean = self.offline is None
         # Unchanged since a clean start (no append, no recovery): already sealed on disk.
-        unchanged = not self.active.changed and self._snapshot_current
+        unchanged = clean and not self.active.changed and self._snapshot_current
         if clean and not unchanged:
             try:
                 self.active.seal()
                 self.producers.snapshot(self.directory / PRODUCER_SNAPSHOT)
+                self.end_record.stopped(self.log_end_offset)
                 fsync_directory(self.directory)
             except OSError as exc:
                 log.error("%s: closing failed: %s", self.directory.name, exc)
                 clean = False
+        elif clean:
+            self.end_record.stopped(self.log_end_offset)  # unless the record says so already
         if clean:  # sealed: everything appended is on disk, for whoever still waits on it
             self._flushed = (self.active.size, self.active.next_offset)
         self.closed = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
@@ -11,7 +12,7 @@ from kayak.broker.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaR
 from kayak.broker.registry.store import SchemaStore
 from kayak.broker.security.credentials import CredentialStore
 from kayak.broker.security.login_limiter import LoginLimiter
-from kayak.broker.web import PasswordVerifier, WebServer, broker_web_server
+from kayak.broker.web import PasswordVerifier, WebMount, WebServer, broker_web_server
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,8 @@ class SchemaRegistry:
     ``schema_registry_writers``, ``super_users``); ``credentials`` are the broker's SASL
     users, against which HTTP basic authentication is checked (when not given and
     authentication is on, the store of ``config.data_dir`` is opened); ``limiter`` is the
-    broker's failed-login limiter, so that HTTP is no way around the SASL one.
+    broker's failed-login limiter, so that HTTP is no way around the SASL one;
+    ``web_mounts`` add what else its web server serves (the CLI's web console).
     """
 
     def __init__(
@@ -35,8 +37,10 @@ class SchemaRegistry:
         config: BrokerConfig | None = None,
         credentials: PasswordVerifier | None = None,
         limiter: LoginLimiter | None = None,
+        web_mounts: Sequence[WebMount] = (),
     ) -> None:
         self._catalog = catalog
+        self._web_mounts = tuple(web_mounts)
         self._host = host
         self._port = port
         self._config = config or BrokerConfig()
@@ -57,7 +61,7 @@ class SchemaRegistry:
             web = broker_web_server(
                 self._config, self._host, self._port, credentials,
                 body_media_types=REQUEST_MEDIA_TYPES, error_content_type=CONTENT_TYPE,
-                limiter=self._limiter,
+                limiter=self._limiter, mounts=self._web_mounts,
             )  # fmt: skip
             web.add_routes(SchemaRegistryApi(self.store).routes())
             await web.start()

@@ -9,10 +9,13 @@ framing, which no current client (librdkafka, the Java client, kafka-python, aio
 to a broker that advertises SaslAuthenticate.
 
 A failed login is answered SASL_AUTHENTICATION_FAILED after
-``connection_failed_authentication_delay_ms`` and the connection is closed after that answer.
-Logins are rate limited per client address (:mod:`~kayak.broker.security.login_limiter`): an
-exchange takes a token before its first step and holds it to the end (a SCRAM proof is
-checked under the token its first message took), giving it back only on success.
+``connection_failed_authentication_delay_ms``, or later when the client address or the user
+name has failed too often (:mod:`~kayak.broker.security.login_limiter`), and the connection
+is closed after that answer. The step that checks the credentials (PLAIN's and OAUTHBEARER's
+only one, SCRAM's proof) runs under one of the address's limiter slots, waiting in line for
+one if need be; a correct password is always checked and accepted, whatever other clients of
+the address got wrong. Only a login that finds the line full, or waits too long, is refused
+unchecked, with "retry in Ns" in its error message (clients may retry then).
 A successful login sets the session's principal and, when ``connections_max_reauth_ms`` or a
 token's expiry bounds it, its lifetime (KIP-368); the client re-authenticates on the same
 connection, as the same principal, before it runs out.
@@ -65,7 +68,7 @@ class SaslExchange:
     scram: ScramServer | None = None
     steps: int = 0  # SaslAuthenticate requests received so far
     user: str = "?"  # as the client named itself, for the log
-    attempt: LoginAttempt | None = None  # the limiter's token, held from the first step
+    attempt: LoginAttempt | None = None  # the limiter's slot, held by the checking step
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +95,11 @@ class _Step:
 
 
 class SaslAuthenticator:
-    """SASL for every connection of one broker; holds the per-address failure limiter."""
+    """SASL for every connection of one broker; holds the failed-login limiter."""
 
     def __init__(self, config: BrokerConfig, limiter: LoginLimiter | None = None) -> None:
         self.config = config
-        self.limiter = limiter or LoginLimiter()
+        self.limiter = limiter or limiter_for(config)
         self.mechanisms = enabled_mechanisms(config)
 
     # -- SaslHandshake --------------------------------------------------------------------
@@ -155,18 +158,26 @@ class SaslAuthenticator:
         index = exchange.steps
         exchange.steps += 1
         try:
-            # No step runs without the exchange holding a token: the first takes it, and a
-            # later one (pipelined behind a first still waiting for its token) is refused.
-            if exchange.attempt is None:
-                if index:
+            checking = index >= _checking_step(exchange.mechanism)
+            # Credentials are checked only under a limiter slot; a step pipelined behind the
+            # checking one (still waiting for its slot) is refused.
+            if exchange.attempt is None and checking:
+                if index > _checking_step(exchange.mechanism):
                     raise SaslAuthenticationFailedError("SASL step before the first was admitted")
                 exchange.attempt = await self.limiter.acquire(host)
                 if exchange.attempt is None:
-                    wait = self.limiter.retry_after(host)
+                    wait = max(1, math.ceil(self.limiter.retry_after(host)))
                     raise SaslAuthenticationFailedError(
-                        f"too many failed logins from {host}; retry in {math.ceil(wait)}s"
+                        f"too many login attempts in progress from {host}; retry in {wait}s"
                     )
-            step = await self._step(exchange, index, bytes(auth_bytes), credentials)
+            try:
+                step = await self._step(exchange, index, bytes(auth_bytes), credentials)
+            except SaslAuthenticationFailedError:
+                raise
+            except BaseException:
+                if exchange.attempt is not None:
+                    exchange.attempt.abandoned()  # cancelled (connection closed) or a bug
+                raise
             if step.principal is None:
                 return AuthenticateResult(auth_bytes=step.challenge)
             if exchange.reauthentication and step.principal != session.principal:
@@ -257,8 +268,11 @@ class SaslAuthenticator:
         exchange: SaslExchange,
         exc: SaslAuthenticationFailedError,
     ) -> AuthenticateResult:
+        # A failure's answer is held back as the limiter says (repeated failures from the
+        # address or for the user), never less than Kafka's fixed delay.
+        delay_s = self.config.connection_failed_authentication_delay_ms / 1000
         if exchange.attempt is not None:
-            exchange.attempt.failed()
+            delay_s = max(delay_s, exchange.attempt.failed(_user_or_none(exchange.user)))
         session.sasl = None
         session.close_after_response = True
         message = str(exc.args[0]) if exc.args else "SASL authentication failed"
@@ -270,10 +284,28 @@ class SaslAuthenticator:
             session.client_host,
             message,
         )
-        delay = self.config.connection_failed_authentication_delay_ms
-        if delay > 0:
-            await asyncio.sleep(delay / 1000)
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
         return AuthenticateResult(SASL_AUTHENTICATION_FAILED, message)
+
+
+def limiter_for(config: BrokerConfig) -> LoginLimiter:
+    """The failed-login limiter ``config`` describes."""
+    return LoginLimiter(
+        config.login_failures_burst,
+        config.login_failures_per_second,
+        max_in_flight=config.login_max_in_flight_per_ip,
+    )
+
+
+def _checking_step(mechanism: str) -> int:
+    """The index of the SaslAuthenticate step that checks the credentials: SCRAM's proof
+    (its first message only names the user), the one message of the others."""
+    return 1 if mechanism in SCRAM_MECHANISMS else 0
+
+
+def _user_or_none(user: str) -> str | None:
+    return None if user == "?" else user[:256]
 
 
 def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:

@@ -9,13 +9,14 @@ web pages from changing state (415, cross-origin 403); ``errors``: JSON error do
 from __future__ import annotations
 
 from kayak.broker.web.auth import PasswordVerifier
-from kayak.broker.web.broker import broker_web_server
+from kayak.broker.web.broker import WebMount, broker_web_server
 from kayak.broker.web.errors import error_response
 from kayak.broker.web.server import WebLimits, WebServer
 
 __all__ = [
     "PasswordVerifier",
     "WebLimits",
+    "WebMount",
     "WebServer",
     "broker_web_server",
     "error_response",

@@ -6,7 +6,7 @@ rounds, and the event loop also serves the broker's Kafka connections.
 
 Password checks are rate limited per client address by the broker's
 :class:`~kayak.broker.security.login_limiter.LoginLimiter`, the one SASL logins use (429 with
-``Retry-After`` when an address has no token left), and a successful check is remembered for
+``Retry-After`` when an address's line is full), and a successful check is remembered for
 a short while (:class:`VerifiedPasswords`) so that a client's every request does not cost a
 PBKDF2 run.
 """
@@ -118,9 +118,9 @@ def basic_auth(
     then 403 for a state-changing method unless ``may_write`` the user.
 
     Password checks from one address are limited by ``limiter`` (the broker's, shared with
-    SASL; a limiter of its own when not given): 429 with ``Retry-After`` while the address has
-    no token. A wrong password is answered after ``failed_delay_s`` (Kafka's
-    connection.failed.authentication.delay.ms), which slows down guessing. Passwords
+    SASL; a limiter of its own when not given): 429 with ``Retry-After`` when the address's
+    line for a check is full. A wrong password is answered after ``failed_delay_s`` (Kafka's
+    connection.failed.authentication.delay.ms) plus the limiter's delay. Passwords
     verified lately are remembered in ``verified``. Without a ``verifier`` nobody can
     authenticate.
     """
@@ -156,7 +156,10 @@ def basic_auth(
             attempt.succeeded()
             verified.add(user, password)
         else:
-            attempt.failed()
+            # Answered when the limiter releases the address's slot, like a SASL failure.
+            held_s = attempt.failed(user[:256])
+            if held_s > 0:
+                await asyncio.sleep(held_s)
         return right
 
     def refuse(message: str) -> web.Response:

@@ -5,11 +5,14 @@ first only when the body is a form, plain text or has no type at all (a CORS "si
 request). Requiring a JSON media type on every body that changes state refuses all of those
 (415); requiring that an ``Origin``, when a browser sends one, is the server's own refuses the
 rest (403). No CORS headers are ever sent, so browsers never let other sites' scripts read
-the answers either.
+the answers either. When no password is asked for, a ``Host`` that is not one of the
+server's own names is refused (421), so a page cannot reach a loopback server through DNS
+rebinding either.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Collection
 
@@ -72,6 +75,61 @@ def json_bodies_only(
                     f"{', '.join(sorted(accepted))}",
                     content_type=error_content_type,
                 )
+        return await handler(request)
+
+    return middleware
+
+
+# Names that always mean this machine (RFC 6761: *.localhost never leaves it).
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
+def request_host_name(host_header: str) -> str:
+    """The host of a ``Host`` header, without port or IPv6 brackets, lower case."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def is_own_host(host: str, names: Collection[str]) -> bool:
+    """Whether ``host`` (from :func:`request_host_name`) is one of the server's own names: an
+    IP address literal (a rebinding attack needs a name the attacker's DNS resolves), a
+    loopback name, or one of ``names``."""
+    if host in names or host in LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def own_hosts_only(
+    names: Collection[str], error_content_type: str = JSON_CONTENT_TYPE
+) -> Middleware:
+    """421 for a request whose ``Host`` is not one of the server's own names (DNS rebinding:
+    a page on ``evil.example`` whose name now resolves to this server is refused, since the
+    browser sends ``Host: evil.example``). A request without ``Host`` (HTTP/1.0) passes: a
+    browser always sends one."""
+    own = frozenset(name.strip().lower().rstrip(".") for name in names)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        sent = request.headers.get("Host")
+        if sent is not None and not is_own_host(request_host_name(sent), own):
+            log.warning(
+                "web: refused %s %s from %s for Host %r (not a name of this server)",
+                request.method, request.path, request.remote, sent[:200],
+            )  # fmt: skip
+            return error_response(
+                421,
+                f"Host {sent[:200]!r} is not a name of this server; a server reached under "
+                "another name must list it in --schema-registry-allowed-hosts",
+                content_type=error_content_type,
+            )
         return await handler(request)
 
     return middleware

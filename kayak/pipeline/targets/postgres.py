@@ -2,7 +2,7 @@
 
 A PostgreSQL source's user-defined column types are created here before the table that uses
 them (:meth:`PostgresTarget.ensure_table`), from their validated description
-(:class:`~kayak.pipeline.targets.types.PgUserType`):
+(:class:`~kayak.pipeline.targets.user_types.PgUserType`):
 
 - an enum with the same labels in the same order; labels the source added since are added in
   their place when a newer schema carries them, and a label that reaches the target in a
@@ -51,15 +51,14 @@ from kayak.pipeline.targets.evolve import (
     plan,
 )
 from kayak.pipeline.targets.types import (
-    PgUserType,
     TargetSchemaError,
     TextForm,
     TypeSyntaxError,
     any_text_form,
     parse_pg_type,
     pg_column_type,
-    pg_user_type,
 )
+from kayak.pipeline.targets.user_types import PgUserType, pg_user_type
 
 __all__ = ["PostgresTarget", "connect", "declared_type", "read_postgres_rows"]
 

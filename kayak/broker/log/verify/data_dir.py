@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kayak.broker.catalog import CATALOG_FILE
+from kayak.broker.log.loader import LOG_END
 from kayak.broker.log.partition import LOG_START_CHECKPOINT
 from kayak.broker.log.verify.partition import PartitionReport, segment_paths, verify_partition
 from kayak.broker.log.verify.problems import DataDirError, Problem, ProblemKind
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 # As kayak.broker.server names it (the broker writes it there); the storage layer does not
 # import the server.
 META_FILE = "meta.properties"
+# What a partition directory holds besides segments (all of them may be missing).
+_RECORDS = (LOG_START_CHECKPOINT, LOG_END)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,7 @@ def _partition_dirs(data_dir: Path) -> Iterator[PartitionLocation]:
         name, _, index = child.name.rpartition("-")
         if not (name and index.isdigit() and child.is_dir()):
             continue
-        if segment_paths(child) or (child / LOG_START_CHECKPOINT).exists():
+        if segment_paths(child) or any((child / record).exists() for record in _RECORDS):
             yield PartitionLocation(name, int(index), child)
 
 

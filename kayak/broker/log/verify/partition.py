@@ -2,14 +2,17 @@
 
 :func:`verify_partition` checks each segment with
 :func:`~kayak.broker.log.verify.segment.verify_segment`, the offsets from one segment to the
-next, the ``log-start-offset`` checkpoint and the producer snapshot.
+next, the ``log-start-offset`` checkpoint, the ``log-end-offset`` record (the log must reach
+it, as a start requires) and the producer snapshot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kayak.broker.log.loader import LOG_END, LogEndRecordError, read_log_end
 from kayak.broker.log.partition import LOG_START_CHECKPOINT, PRODUCER_SNAPSHOT
 from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
 from kayak.broker.log.segment import segment_name
@@ -101,6 +104,7 @@ def verify_partition(
         segment.problems = cap_per_file(segment.problems, MAX_INDEX_PROBLEMS * 2)
         report.segments.append(segment)
     _check_log_start(report)
+    _check_log_end(report)
     _check_producer_snapshot(report)
     return report
 
@@ -185,6 +189,41 @@ def _check_log_start(report: PartitionReport) -> None:
             )
         )
     report.log_start_offset = max(start, first_base)
+
+
+def _check_log_end(report: PartitionReport) -> None:
+    """The log reaches the end the broker recorded (a start takes it offline otherwise)."""
+    path = report.directory / LOG_END
+    try:
+        recorded = read_log_end(report.directory)
+    except (LogEndRecordError, OSError) as exc:
+        report.problems.append(Problem(path, ProblemKind.CHECKPOINT, f"unreadable: {exc}"))
+        return
+    found = report.log_end_offset or 0
+    if recorded is None or found >= recorded.offset:
+        return
+    last_missing = recorded.offset - 1
+    lost = f"offset {found} is" if found == last_missing else f"offsets {found}..{last_missing} are"
+    missing = f"the log ends at offset {found}, but reached {recorded}: {lost} missing"
+    last = report.segments[-1] if report.segments else None
+    torn = [i for i, p in enumerate(last.problems) if p.kind is ProblemKind.TORN] if last else []
+    if last is not None and torn:  # the file is cut mid-batch: say so in the same line
+        problem = last.problems[torn[-1]]
+        last.problems[torn[-1]] = dataclasses.replace(
+            problem, message=f"{problem.message}; {missing}"
+        )
+        return
+    report.problems.append(_missing_tail(report, found, missing))
+
+
+def _missing_tail(report: PartitionReport, found: int, missing: str) -> Problem:
+    expected = report.directory / f"{segment_name(found)}.log"
+    if report.segments:
+        last = report.segments[-1].path.name
+        where = f"{last} ends at offset {found} and no {expected.name} follows it"
+    else:
+        where = "there are no segment files"
+    return Problem(expected, ProblemKind.OFFSETS, f"{where}: {missing}", offset=found)
 
 
 def _check_producer_snapshot(report: PartitionReport) -> None:
