@@ -13,7 +13,7 @@ from kayak.protocol.messages import ApiKey
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 11),
     ApiKey.FETCH: (4, 17),
-    ApiKey.LIST_OFFSETS: (0, 7),
+    ApiKey.LIST_OFFSETS: (0, 9),  # v8/v9: EARLIEST_LOCAL/LATEST_TIERED (nothing is tiered)
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (0, 9),
     ApiKey.OFFSET_FETCH: (0, 9),
@@ -41,6 +41,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # always empty: no quotas (handlers/quotas.py)
     ApiKey.DESCRIBE_ACLS: (0, 3),
     ApiKey.CREATE_ACLS: (0, 3),
     ApiKey.DELETE_ACLS: (0, 3),

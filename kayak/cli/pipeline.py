@@ -77,7 +77,8 @@ def pipeline() -> None:
               help="Replicate what the source holds now, verify, and exit.")  # fmt: skip
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("-X", "properties", multiple=True, metavar="PROP=VALUE",
-              help="Client property (Kafka name) for capture and Spark.")  # fmt: skip
+              help="Client property (Kafka name) for capture and Spark; schema.registry.* "
+              "and basic.auth.* go to the schema registry client.")  # fmt: skip
 @click.option("--retry-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
               metavar="SECONDS", help="How long a source or target that went away (refused "
               "connections, restarted) is retried before the pipeline stops.")  # fmt: skip
@@ -89,11 +90,19 @@ def pipeline() -> None:
               help="Address for --metrics-port (0.0.0.0: every interface).")  # fmt: skip
 @click.option("--spark-ui", is_flag=True,
               help="Turn Spark's web UI on (off by default) and print its address.")  # fmt: skip
+@click.option("--from-topics", default=None, metavar="PATTERN",
+              help="Capture nothing: apply the change topics matching this regex, which "
+              "another capture (Debezium) writes to -b's cluster; --source and --table "
+              "say what to verify against. Needs --format.")  # fmt: skip
+@click.option("--format", "input_format", type=click.Choice(["debezium-json"]), default=None,
+              help="With --from-topics: the topics' form; debezium-json is Kafka Connect's "
+              "JsonConverter (schemas.enable true or false).")  # fmt: skip
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
     registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
     properties: tuple[str, ...], retry_timeout: float, status_interval: float,
-    metrics_port: int | None, metrics_host: str, spark_ui: bool,
+    metrics_port: int | None, metrics_host: str, spark_ui: bool, from_topics: str | None,
+    input_format: str | None,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
@@ -119,16 +128,17 @@ def run(
     """
     from kayak.pipeline.runner import PipelineSpec
 
-    if bootstrap is not None and registry_url is None:
-        raise click.UsageError("--registry-url is required with -b/--bootstrap-server")
     spec = PipelineSpec(
         source=source, tables=list(tables), target=target, work_dir=work_dir,
         bootstrap_servers=bootstrap, registry_url=registry_url, prefix=prefix, slot_name=slot,
         client_options=parse_properties(properties), retry_timeout_s=retry_timeout,
         # --metrics-port: none given = ephemeral (0 to the pipeline), 0 = no server
         metrics_port=0 if metrics_port is None else (metrics_port or None),
-        metrics_host=metrics_host,
+        metrics_host=metrics_host, from_topics=from_topics, input_format=input_format or "kayak",
     )  # fmt: skip
+    _check_topics_options(from_topics, input_format, bootstrap)
+    if bootstrap is not None and spec.registry_url is None and from_topics is None:
+        raise click.UsageError("--registry-url is required with -b/--bootstrap-server")
     log_path = work_dir / "pipeline.log"
     console = Console()
     options = _RunOptions(master=master, once=once, status_interval_s=status_interval,
@@ -156,6 +166,7 @@ def _run(
     console: Console, spec: PipelineSpec, options: _RunOptions, stops: _StopSignals,
     log_path: Path,
 ) -> None:  # fmt: skip
+    from kayak.console.pipeline import start_pipeline_page
     from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line, prepare_source
     from kayak.pipeline.session import local_spark, stop_spark
     from kayak.pipeline.targets import check_target
@@ -171,9 +182,10 @@ def _run(
 
     try:
         check_target(spec.target)  # in a second, not after Spark's start
-        setup = prepare_source(spec)
+        setup = prepare_source(spec) if spec.from_topics is None else None
+        kind = Pipeline if spec.from_topics is None else _topics_pipeline()
         # Spark starts last, once the broker, the source and the clients are up.
-        with Pipeline(spec, spark_factory=start_spark) as running:
+        with kind(spec, spark_factory=start_spark, page=start_pipeline_page) as running:
             replicating = True
             console.print(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
@@ -223,6 +235,24 @@ def _run(
                 stop_spark(spark)
         if setup is not None and not replicating:
             _undo_setup(setup)
+
+
+def _check_topics_options(
+    from_topics: str | None, input_format: str | None, bootstrap: str | None
+) -> None:
+    """--from-topics and --format go together, and read a cluster's topics (-b)."""
+    if input_format is not None and from_topics is None:
+        raise click.UsageError("--format reads existing change topics: give --from-topics")
+    if from_topics is not None and input_format is None:
+        raise click.UsageError("--from-topics needs --format (debezium-json)")
+    if from_topics is not None and bootstrap is None:
+        raise click.UsageError("--from-topics reads a cluster's topics: give -b HOST:PORT")
+
+
+def _topics_pipeline() -> type[Pipeline]:
+    from kayak.pipeline.from_topics import TopicsPipeline
+
+    return TopicsPipeline
 
 
 def _progress(running: Pipeline) -> Progress:

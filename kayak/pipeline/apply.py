@@ -39,12 +39,13 @@ import pyarrow as pa
 from kayak.cdc.change import Row, TableSchema
 from kayak.errors import KayakError
 from kayak.pipeline.decode import (
-    ChangeDecoder,
     DecodedChange,
+    EventDecoder,
     UndecodableRecord,
     changes_by_schema,
     decode_records,
     latest_per_key,
+    make_decoder,
 )
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.session import parent_of
@@ -60,6 +61,7 @@ __all__ = [
     "apply_partitions",
     "executor_id",
     "one_line",
+    "root_cause",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,8 @@ class ApplySettings:
     dead_letter_topic: str
     client_options: tuple[tuple[str, str], ...] = ()
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
+    registry_config: tuple[tuple[str, str], ...] = ()  # the registry client's settings
+    input_format: str = "kayak"  # of the change topics: kayak.pipeline.decode.INPUT_FORMATS
 
 
 class ChangeApplier:
@@ -100,7 +104,7 @@ class ChangeApplier:
     :mod:`~kayak.pipeline.targets.evolve`) once, then one transaction per table guarded by
     source position."""
 
-    def __init__(self, target: Target, decoder: ChangeDecoder) -> None:
+    def __init__(self, target: Target, decoder: EventDecoder) -> None:
         self.target = target
         self.decoder = decoder
         # schema id -> (the table as written to the target, source -> target column names)
@@ -189,7 +193,9 @@ class _WorkerState:
         # transaction redone (safe: applying is guarded by source position).
         self.applier = ChangeApplier(
             ReconnectingTarget(settings.target_url, settings.retry),
-            ChangeDecoder(settings.registry_url),
+            make_decoder(
+                settings.input_format, settings.registry_url, dict(settings.registry_config)
+            ),
         )
         self._producer: Any = None
 
@@ -304,13 +310,46 @@ def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc:
 
 
 def one_line(error: BaseException | str, limit: int = 300) -> str:
-    """An error as one terminal line: its type and the first line of its message."""
-    if isinstance(error, BaseException):
-        text = str(error).strip().splitlines()
-        line = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    """An error as one terminal line: its type and the first line of its message, or, when
+    its message carries Python tracebacks (Spark's exceptions do), the innermost exception
+    they end with (:func:`root_cause`)."""
+    text = str(error)
+    cause = root_cause(text)
+    if cause is not None:
+        line = cause
+    elif isinstance(error, BaseException):
+        lines = text.strip().splitlines()
+        line = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
     else:
-        line = next((t for t in error.strip().splitlines() if t.strip()), "unknown error")
+        line = next((t for t in text.strip().splitlines() if t.strip()), "unknown error")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+# Exceptions that only carry another across the Python/JVM boundary (py4j's proxy, pyspark's
+# captured PythonException): never the cause.
+_WRAPPERS = ("pyspark.", "py4j.", "org.apache.spark.", "java.")
+
+
+def root_cause(text: str) -> str | None:
+    """The exception line (``sqlite3.OperationalError: unable to open database file``) that
+    the last Python traceback in ``text`` ends with, Spark's and py4j's wrappers skipped;
+    None when ``text`` holds none.
+
+    A function that fails in an executor, or in ``foreachBatch``, reaches the driver as a
+    ``StreamingQueryException`` whose first line is Spark's wrapper; the tracebacks it
+    crossed follow in its message, the one raised in the Python worker last."""
+    found = None
+    in_traceback = False
+    for line in text.splitlines():
+        if line.startswith(_TRACEBACK_HEAD):
+            in_traceback = True
+        elif in_traceback and line.strip() and not line[0].isspace():
+            # A traceback's frames are indented; its first unindented line is the exception.
+            in_traceback = False
+            if not line.startswith(_WRAPPERS):
+                found = line.strip()
+    return found
 
 
 def _dead_letter(state: _WorkerState, records: Sequence[UndecodableRecord]) -> None:

@@ -13,22 +13,27 @@ import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from kayak.cdc.change import Row, TableSchema, snapshot_floor
 from kayak.cdc.envelope import table_schema_from_avro
+from kayak.errors import KayakError
 from kayak.pipeline.targets.base import key_text
 from kayak.pipeline.transient import RetryPolicy, call_with_retries, is_transient
 from kayak.serde import AvroDeserializer, SchemaRegistryClient
 
 __all__ = [
+    "INPUT_FORMATS",
     "ChangeDecoder",
     "DecodedChange",
+    "EventDecoder",
+    "RefusedRecord",
     "UndecodableRecord",
     "decode_records",
     "latest_per_key",
+    "make_decoder",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,11 +73,47 @@ class UndecodableRecord:
     raw_value: bytes | None
 
 
+class RefusedRecord(KayakError):
+    """A record of a form the pipeline was told to read but cannot apply (one line naming
+    the topic and the problem): it stops the pipeline instead of going to the dead-letter
+    topic, since every record of that form would follow it there."""
+
+
+class EventDecoder(Protocol):
+    """What the apply path needs of a decoder: records to changes, schema ids to tables."""
+
+    def decode_record(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+    ) -> DecodedChange: ...
+
+    def table(self, schema_id: int) -> TableSchema: ...
+
+    def schema(self, schema_id: int) -> dict[str, Any]: ...
+
+
+# --format of `kayak pipeline run`: kayak's own Avro events through the registry, or
+# Debezium's JsonConverter topics (kayak.pipeline.debezium_json).
+INPUT_FORMATS = ("kayak", "debezium-json")
+
+
+def make_decoder(
+    input_format: str, registry_url: str, registry_config: dict[str, str] | None = None
+) -> EventDecoder:
+    """The decoder of one of :data:`INPUT_FORMATS`."""
+    if input_format == "debezium-json":
+        from kayak.pipeline.debezium_json import DebeziumJsonDecoder
+
+        return DebeziumJsonDecoder()
+    if input_format != "kayak":
+        raise ValueError(f"unknown input format {input_format!r}: one of {INPUT_FORMATS}")
+    return ChangeDecoder(registry_url, registry_config)
+
+
 class ChangeDecoder:
     """Decodes event values; caches each writer schema's table shape (ids never change)."""
 
-    def __init__(self, registry_url: str) -> None:
-        self._registry = SchemaRegistryClient(registry_url)
+    def __init__(self, registry_url: str, registry_config: dict[str, str] | None = None) -> None:
+        self._registry = SchemaRegistryClient(registry_url, config=registry_config)
         self._deserializer = AvroDeserializer(self._registry)
         self._tables: dict[int, TableSchema] = {}
 
@@ -86,6 +127,12 @@ class ChangeDecoder:
         if table is None:
             table = self._tables[schema_id] = table_schema_from_avro(self.schema(schema_id))
         return table
+
+    def decode_record(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+    ) -> DecodedChange:
+        """One record as a change (kayak's events carry all they need in the value)."""
+        return self.decode(topic, value)
 
     def decode(self, topic: str, value: bytes) -> DecodedChange:
         """One event value as a change of ``topic``; ValueError (or the deserializer's
@@ -109,19 +156,22 @@ class ChangeDecoder:
 
 
 def decode_records(
-    decoder: ChangeDecoder, batch: pa.RecordBatch
+    decoder: EventDecoder, batch: pa.RecordBatch
 ) -> tuple[list[DecodedChange], list[UndecodableRecord]]:
     """The changes in ``batch`` (raw records: key, value, topic, partition, offset), and the
-    records that are not changes. Tombstones (null values) carry nothing and are skipped."""
+    records that are not changes. Tombstones (null values) carry nothing and are skipped; a
+    :class:`RefusedRecord` stops the batch."""
     changes: list[DecodedChange] = []
     bad: list[UndecodableRecord] = []
     columns = [batch.column(name).to_pylist() for name in _RAW_COLUMNS]
-    decode = decoder.decode
+    decode = decoder.decode_record
     for raw_key, raw_value, topic, partition, offset in zip(*columns, strict=True):
         if raw_value is None:
             continue
         try:
-            changes.append(decode(topic, raw_value))
+            changes.append(decode(topic, partition, offset, raw_key, raw_value))
+        except RefusedRecord:
+            raise
         except Exception as e:
             if not is_transient(e):
                 # any undecodable record goes to the dead-letter topic
@@ -131,7 +181,8 @@ def decode_records(
             # A registry that does not answer (restarting with its broker) is waited for; if
             # it stays away, stop rather than dead-letter a good record.
             changes.append(call_with_retries(
-                functools.partial(decode, topic, raw_value), policy=_REGISTRY_RETRY,
+                functools.partial(decode, topic, partition, offset, raw_key, raw_value),
+                policy=_REGISTRY_RETRY,
                 what=f"decoding {topic}[{partition}]@{offset}",
             ))  # fmt: skip
     return changes, bad

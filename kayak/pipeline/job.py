@@ -51,6 +51,8 @@ class ReplicationSettings:
     starting_offsets: str = "earliest"
     client_options: dict[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
+    registry_config: dict[str, str] = field(default_factory=dict)  # credentials, CA, ...
+    input_format: str = "kayak"  # kayak's Avro events, or "debezium-json" (Debezium's topics)
 
 
 @dataclass
@@ -91,10 +93,12 @@ class ReplicationJob:
         self._apply_settings = ApplySettings(
             target_url=settings.target_url,
             registry_url=settings.registry_url,
+            registry_config=tuple(sorted(settings.registry_config.items())),
             bootstrap_servers=settings.bootstrap_servers,
             dead_letter_topic=settings.dead_letter_topic,
             client_options=tuple(sorted(settings.client_options.items())),
             retry=settings.retry,
+            input_format=settings.input_format,
         )
         self._lock = threading.Lock()
         self.query: Any = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Protocol, Self
 
 from kayak.cdc.capture import CaptureLoop
 from kayak.cdc.change import Row, TableSchema
@@ -49,14 +50,25 @@ from kayak.pipeline.transient import (
 )
 from kayak.pipeline.verify import Verification, verify_table
 
-if TYPE_CHECKING:
-    from kayak.console.pipeline import PipelineConsole
+
+class ServedPage(Protocol):
+    """The pipeline's web server (``/metrics`` and its page) as the pipeline sees it."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+# Starts the pipeline's page for a running pipeline; the CLI hands in the console's.
+PageStarter = Callable[["Pipeline"], ServedPage]
 
 __all__ = [
     "Pipeline",
     "PipelineFailure",
     "PipelineSpec",
     "SourceSetup",
+    "absolute_sqlite_url",
     "current_table_schema",
     "database_name",
     "one_line",
@@ -71,7 +83,8 @@ log = logging.getLogger(__name__)
 
 # The last line of a Python traceback raised by kayak's apply in an executor.
 _KAYAK_ERROR_LINE = re.compile(
-    r"^kayak\.pipeline\.[\w.]+\.(?:ApplyError|TargetSchemaError): (.+)$", re.MULTILINE
+    r"^kayak\.pipeline\.[\w.]+\.(?:ApplyError|TargetSchemaError|RefusedRecord): (.+)$",
+    re.MULTILINE,
 )
 
 
@@ -103,6 +116,18 @@ def database_name(url: str) -> str:
 
 def sqlite_path(url: str) -> str:
     return url.removeprefix("sqlite:").removeprefix("//")
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """A SQLite URL (``sqlite:PATH``, or a bare path) as ``sqlite:`` + an absolute path, ``~``
+    expanded; any other URL unchanged. Spark's executors open the target by URL in working
+    directories of their own, where a relative path names another file or none."""
+    if "://" in url and not url.startswith("sqlite:"):
+        return url
+    path = sqlite_path(url)
+    if path in ("", ":memory:"):
+        return url
+    return f"sqlite:{os.path.abspath(os.path.expanduser(path))}"
 
 
 def open_source(
@@ -216,6 +241,27 @@ class PipelineSpec:
     # ephemeral port (see Pipeline.metrics_url).
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # The schema registry client's settings (basic.auth.user.info, ssl.ca.location, ...);
+    # schema.registry.* and basic.auth.* in client_options are moved here.
+    registry_config: dict[str, str] = field(default_factory=dict)
+    # Read existing change topics (a regex) instead of capturing: kayak.pipeline.from_topics.
+    from_topics: str | None = None
+    input_format: str = "kayak"  # of the change topics (kayak.pipeline.decode.INPUT_FORMATS)
+
+    def __post_init__(self) -> None:
+        from kayak.serde.registry import split_registry_properties
+
+        registry, self.client_options = split_registry_properties(self.client_options)
+        self.registry_config = {**registry, **self.registry_config}
+        url = self.registry_config.pop("url", None)
+        self.registry_url = self.registry_url or url
+        # Paths are resolved here, against this process's directory: the capture, Spark's
+        # checkpoint and the executors' apply (each in a directory of its own on a cluster)
+        # must all name the same files.
+        self.source = absolute_sqlite_url(self.source)
+        if self.target.startswith("sqlite:"):
+            self.target = absolute_sqlite_url(self.target)
+        self.work_dir = Path(os.path.abspath(os.path.expanduser(self.work_dir)))
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -297,13 +343,16 @@ class Pipeline:
         spark: Any = None,
         *,
         spark_factory: Callable[[], Any] | None = None,
+        page: PageStarter | None = None,
     ) -> None:
         """``spark``: the session to run on; or ``spark_factory``, called once the broker,
         the source and the clients are up (so a start that fails there fails fast); neither:
-        :func:`~kayak.pipeline.session.local_spark`."""
+        :func:`~kayak.pipeline.session.local_spark`. ``page`` starts the pipeline's web
+        server when ``spec.metrics_port`` asks for one (the CLI passes the console's)."""
         self.spec = spec
         self._spark = spark
         self._spark_factory = spark_factory
+        self._page = page
         self.broker: EmbeddedBroker | None = None
         self.source: ChangeSource | None = None
         self.capture: CaptureLoop | None = None
@@ -317,7 +366,7 @@ class Pipeline:
         self._producer: Any = None
         self._admin: Any = None
         # -- metrics: what the pipeline's web server reads (kayak.pipeline.metrics) --
-        self.console: PipelineConsole | None = None
+        self.console: ServedPage | None = None
         self.last_verification: VerificationRecord | None = VerificationRecord.load(spec.work_dir)
 
     @property
@@ -356,7 +405,7 @@ class Pipeline:
         admin = self._admin = Admin(client)
         encoder = EventEncoder(
             prefix=spec.prefix, connector=source_kind(spec.source),
-            registry=SchemaRegistryClient(self.registry_url),
+            registry=SchemaRegistryClient(self.registry_url, config=spec.registry_config),
         )  # fmt: skip
 
         ensure_topic = topic_ensurer(admin)
@@ -381,6 +430,7 @@ class Pipeline:
         settings = ReplicationSettings(
             bootstrap_servers=self.bootstrap_servers,
             registry_url=self.registry_url,
+            registry_config=spec.registry_config,
             checkpoint_dir=str(spec.work_dir / "checkpoint"),
             target_url=spec.target,
             topics=topics,
@@ -401,25 +451,12 @@ class Pipeline:
         return self.console.url if self.console is not None else None
 
     def _start_console(self) -> None:
-        spec = self.spec
-        if spec.metrics_port is None:
+        if self.spec.metrics_port is None:
             return
-        from kayak.console.pipeline import PipelineConsole, without_password
-        from kayak.pipeline.metrics import BacklogProbe
-
-        assert self.source is not None
-        facts = {
-            "Source": without_password(spec.source), "Target": without_password(spec.target),
-            "Broker": self.bootstrap_servers,
-            "Started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }  # fmt: skip
-        self.console = PipelineConsole(
-            self, host=spec.metrics_host, port=spec.metrics_port, prefix=spec.prefix,
-            tables=[t.qualified_name for t in self.source.tables()], facts=facts,
-            backlog=BacklogProbe(self.bootstrap_servers, spec.client_options),
-            broker_console=f"{self.registry_url}/console/" if self.broker else None,
-            link_dir=self.broker.data_dir if self.broker else None,
-        ).start()  # fmt: skip
+        if self._page is None:
+            log.warning("metrics_port is set but no page was handed to the pipeline: none served")
+            return
+        self.console = self._page(self)
 
     # -- capture ---------------------------------------------------------------------------
 

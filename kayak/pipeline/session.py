@@ -30,7 +30,7 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 
 def local_spark(
     master: str = "local[2]", app_name: str = "kayak-pipeline", *, output: Path | None = None,
-    ui: bool = False, **settings: str,
+    ui: bool = False, kafka_connector: bool = True, **settings: str,
 ) -> Any:  # fmt: skip
     """A SparkSession on this machine with kayak's data source registered.
 
@@ -40,6 +40,9 @@ def local_spark(
     reused between tasks, UTC session time zone. ``settings`` are more Spark properties
     (``spark.driver.memory``, ...). ``output``: a file the JVM's (and so its Python
     workers') stdout and stderr are appended to, instead of this process's.
+    ``kafka_connector``: add Spark's own Kafka source and sink (``format("kafka")``) to
+    ``spark.jars`` when its jars are found (:mod:`kayak.pipeline.spark_kafka`); without
+    them the session starts all the same, without ``format("kafka")``.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -66,6 +69,8 @@ def local_spark(
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         **settings,
     }
+    if kafka_connector:
+        _add_kafka_connector(config)
     if SparkContext._active_spark_context is None:
         conf = SparkConf().setAll(list(config.items()))
         _launch_context(conf, output)
@@ -76,6 +81,18 @@ def local_spark(
     spark.sparkContext.setLogLevel("ERROR")
     kayak.spark.register(spark)
     return spark
+
+
+def _add_kafka_connector(config: dict[str, str]) -> None:
+    """Spark's Kafka connector jars, when found, appended to ``config``'s ``spark.jars``."""
+    from kayak.pipeline.spark_kafka import kafka_connector_jars
+
+    jars = kafka_connector_jars()
+    if not jars:
+        return
+    given = [jar for jar in config.get("spark.jars", "").split(",") if jar]
+    config["spark.jars"] = ",".join([*given, *(str(jar) for jar in jars if str(jar) not in given)])
+    log.debug("Spark's Kafka connector: %s", config["spark.jars"])
 
 
 def _launch_context(conf: Any, output: Path | None) -> None:

@@ -349,3 +349,31 @@ def test_requests_after_close_get_coordinator_not_available() -> None:
         assert v8.groups[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     run(scenario)
+
+
+def test_member_commit_after_a_restart_is_told_to_rejoin() -> None:
+    """Found by Kafka Streams across a broker restart: offsets survive it (a durable store),
+    members do not. A member's commit then must get UNKNOWN_MEMBER_ID (rejoin), as from
+    Kafka's reloaded Empty group, not GROUP_ID_NOT_FOUND, which the Java consumer treats as
+    fatal."""
+
+    async def scenario() -> None:
+        store = InMemoryOffsetStore()
+        before = GroupCoordinator(FAST_CONFIG, store)
+        alice = Consumer(before, "alice")
+        await form_group(alice)
+        first = commit_request(GROUP, 1, alice.member_id, {("t", 0): 5})
+        assert await commit(before, first, 9) == {("t", 0): ErrorCode.NONE}
+        await before.close()
+
+        after = GroupCoordinator(FAST_CONFIG, store)  # the restarted broker, same offsets
+        again = commit_request(GROUP, 1, alice.member_id, {("t", 0): 9})
+        for version in (2, 8, 9):
+            assert await commit(after, again, version) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+        assert (await fetch_v1(after, GROUP, {"t": [0]}))[("t", 0)][0] == 5
+        # A group that never had offsets is still not found.
+        ghost = commit_request("ghost", 1, "m-1", {("t", 0): 1})
+        assert await commit(after, ghost, 9) == {("t", 0): ErrorCode.GROUP_ID_NOT_FOUND}
+        await after.close()
+
+    run(scenario)

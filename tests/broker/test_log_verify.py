@@ -332,10 +332,11 @@ def known_segment(directory: Path, base: int = 100) -> tuple[Path, list[int]]:
     positions = [sum(map(len, batches[:i])) for i in range(len(batches))]
     path = directory / f"{segment_name(base)}.log"
     path.write_bytes(b"".join(batches))
+    # Kafka's index entries name the last offset of the batch they point at.
     path.with_suffix(".index").write_bytes(
-        OFFSET_ENTRY.pack(0, 0) + OFFSET_ENTRY.pack(4, positions[2])
+        OFFSET_ENTRY.pack(2, 0) + OFFSET_ENTRY.pack(5, positions[2])
     )
-    path.with_suffix(".timeindex").write_bytes(TIME_ENTRY.pack(1000, 0) + TIME_ENTRY.pack(3000, 4))
+    path.with_suffix(".timeindex").write_bytes(TIME_ENTRY.pack(1000, 2) + TIME_ENTRY.pack(3000, 5))
     return path, positions
 
 
@@ -361,8 +362,8 @@ def test_dump_known_segment(tmp_path: Path) -> None:
 
     index = kayak_log("dump", "--index", path)
     assert index.returncode == 0, index.stdout
-    assert f"offset: 104 position: {positions[2]}" in index.stdout.splitlines()
-    assert "timestamp: 3000 offset: 104" in index.stdout.splitlines()
+    assert f"offset: 105 position: {positions[2]}" in index.stdout.splitlines()
+    assert "timestamp: 3000 offset: 105" in index.stdout.splitlines()
 
     data = bytearray(path.read_bytes())
     data[positions[2] + 65] ^= 1

@@ -105,6 +105,12 @@ class OffsetRequests:
                 # Offsets only: the consumer assigns itself partitions.
                 self._groups[group_id] = Group(group_id)
                 return None
+            if self._store.fetch_all(group_id):
+                # Its offsets outlived a broker restart, its members (kept in memory) did not:
+                # the group exists, Empty, as Kafka reloads it, and this member is unknown to
+                # it. UNKNOWN_MEMBER_ID makes the client rejoin; GROUP_ID_NOT_FOUND is fatal
+                # to the Java consumer (and so to a Kafka Streams thread).
+                return _E.UNKNOWN_MEMBER_ID
             return _E.GROUP_ID_NOT_FOUND if version >= 9 else _E.ILLEGAL_GENERATION
         if group.state is _S.DEAD:
             return _E.COORDINATOR_NOT_AVAILABLE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
+from kayak.broker.log import PartitionLog
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed
 from kayak.errors import ErrorCode, KafkaError
@@ -25,9 +26,14 @@ from kayak.protocol.messages.offset_for_leader_epoch_response import (
     OffsetForLeaderEpochResponse,
     OffsetForLeaderTopicResult,
 )
-from kayak.protocol.records import parse_batches
+from kayak.protocol.records import RecordBatch, parse_batches
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+# ListOffsets v8/v9 (KIP-405, KIP-1005): the start of the local log and the last offset in
+# tiered storage. Nothing is tiered, so the local log is the whole log and, as a Kafka broker
+# without remote storage answers, no offset is tiered (-1).
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+_SCAN_BYTES = 1 << 20  # how much of the log a timestamp lookup reads at a time
 
 
 async def handle_list_offsets(
@@ -77,22 +83,36 @@ def _offset_for(partition: Partition, timestamp: int) -> tuple[int, int]:
     plog = partition.log
     if timestamp == LATEST:
         return plog.high_watermark, -1
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        return -1, -1
     if timestamp == MAX_TIMESTAMP:
         return _max_timestamp_offset(partition)
+    return _first_at_or_after(plog, timestamp)
+
+
+def _first_at_or_after(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) of the first record from the log start offset on whose timestamp
+    is at or after ``timestamp``; (-1, -1) if none is.
+
+    The index finds the first batch holding such a record, but that batch may lie (partly)
+    below the log start after DeleteRecords, its matching records all deleted: the scan then
+    goes on to the batches after it, as Kafka's does (timestamps need not rise with offsets).
+    """
     found = plog.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1
-    offset, _ = found
-    # The index finds the batch; the answer is the first record in it at or after the time.
-    data = plog.read(offset, 1)
-    if data is not None:
+    floor = offset = found[0]  # never below the log start offset
+    while (data := plog.read(offset, _SCAN_BYTES)) is not None:
         for batch in parse_batches(data.read()):
+            offset = batch.next_offset
+            if isinstance(batch, RecordBatch) and batch.max_timestamp < timestamp:
+                continue
             for record in batch:
-                if record.offset >= offset and record.timestamp >= timestamp:
+                if record.offset >= floor and record.timestamp >= timestamp:
                     return record.offset, record.timestamp
-    return found
+    return -1, -1
 
 
 def _max_timestamp_offset(partition: Partition) -> tuple[int, int]:

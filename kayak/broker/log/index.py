@@ -1,7 +1,11 @@
 """Sparse indexes beside each segment: offset → file position, and timestamp → offset.
 
-Both use Kafka's on-disk entry layouts (offset index: relative offset int32 + position int32;
-time index: timestamp int64 + relative offset int32). They live in memory as arrays for
+Both are Kafka's, entry for entry, so Kafka's ``kafka-dump-log`` reads and verifies them:
+offset index entries are (relative offset int32, position int32), the offset being the *last*
+offset of the batch at that position; time index entries are (timestamp int64, relative
+offset int32): a batch's largest timestamp, whenever it is the largest so far, with that
+batch's last offset. Unlike Kafka's, the first batch of a segment is always indexed, and the
+files are never preallocated (they hold exactly their entries). They live in memory as arrays for
 bisection while a segment is written, and reach the disk only whole: when the segment is
 sealed (rolled) and at a clean shutdown, written to a temporary file, fsynced and renamed.
 So an index file on disk is either complete for its segment or absent; the active segment's
@@ -28,7 +32,7 @@ class IndexFileError(Exception):
 
 
 class OffsetIndex:
-    """Relative offset → byte position of the batch holding it, every few KiB of log."""
+    """Offset → byte position of the batch ending at it, every few KiB of log."""
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
@@ -65,19 +69,22 @@ class OffsetIndex:
         _write_durably(self.path, entries)
 
     def append(self, offset: int, position: int) -> None:
-        """Record that the batch at ``position`` holds ``offset`` (its base offset)."""
+        """Record that the batch at ``position`` ends at ``offset`` (its last offset)."""
         self._offsets.append(offset)
         self._positions.append(position)
 
-    def lookup(self, offset: int) -> tuple[int, int]:
-        """(offset, position) of the last indexed batch starting at or before ``offset``."""
+    def lookup(self, offset: int) -> tuple[int, int] | None:
+        """(last offset, position) of the last indexed batch ending at or before ``offset``,
+        from which a scan finds it; None if ``offset`` is in the first indexed batch or before
+        (scan from the segment's start)."""
         i = bisect.bisect_right(self._offsets, offset)
-        return (self._offsets[i - 1], self._positions[i - 1]) if i else (self.base_offset, 0)
+        return (self._offsets[i - 1], self._positions[i - 1]) if i else None
 
-    def entry_at_or_before(self, position: int) -> tuple[int, int]:
-        """(offset, position) of the last indexed batch starting at or before ``position``."""
+    def entry_at_or_before(self, position: int) -> tuple[int, int] | None:
+        """(last offset, position) of the last indexed batch starting at or before
+        ``position``; None if there is none."""
         i = bisect.bisect_right(self._positions, position)
-        return (self._offsets[i - 1], self._positions[i - 1]) if i else (self.base_offset, 0)
+        return (self._offsets[i - 1], self._positions[i - 1]) if i else None
 
     def last(self) -> tuple[int, int]:
         """The last entry, or the segment's start when there is none."""
@@ -96,7 +103,7 @@ class OffsetIndex:
 
 
 class TimeIndex:
-    """Timestamp → first offset at or after which timestamps reach it, every few KiB of log."""
+    """Timestamp → the last offset of the batch that first reached it (each new largest)."""
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path

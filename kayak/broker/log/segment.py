@@ -225,11 +225,12 @@ class Segment:
 
     def _track(self, header: BatchHeader, position: int) -> None:
         self.changed = True
+        # Kafka's entries: a batch's last offset (see index.py), so kafka-dump-log agrees.
         if self._bytes_since_index >= self._index_interval or not len(self.index):
-            self.index.append(header.base_offset, position)
+            self.index.append(header.last_offset, position)
             self._bytes_since_index = 0
         self._bytes_since_index += header.size
-        self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+        self.time_index.maybe_append(header.max_timestamp, header.last_offset)
         self.next_offset = header.next_offset
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
 
@@ -293,7 +294,7 @@ class Segment:
         except CorruptRecordError:
             header = None
         if (header is None and position < self.size) or (
-            header is not None and header.base_offset != offset
+            header is not None and header.last_offset != offset
         ):
             log.warning("%s: index entry (%d, %d) is wrong; rebuilding the index",
                         self.index.path, offset, position)  # fmt: skip
@@ -306,7 +307,8 @@ class Segment:
         self.ensure_indexes()
         while True:
             try:
-                header = self._indexed_header(*self.index.lookup(offset))
+                entry = self.index.lookup(offset)
+                header = self.header_at(0) if entry is None else self._indexed_header(*entry)
                 break
             except _IndexRebuilt:
                 continue
@@ -365,10 +367,10 @@ class Segment:
         """
         stop = first.end
         try:
-            indexed_offset, indexed_position = self.index.entry_at_or_before(limit)
-            if indexed_position > first.position:
-                header = self._indexed_header(indexed_offset, indexed_position)
-                stop = indexed_position
+            entry = self.index.entry_at_or_before(limit)
+            if entry is not None and entry[1] > first.position:
+                header = self._indexed_header(*entry)
+                stop = entry[1]
             else:
                 header = self.header_at(stop) if stop < limit else None
             while header is not None and header.end <= limit:
@@ -417,7 +419,7 @@ class Segment:
             last_offset, last_position = self.index.last()
             header = self.header_at(last_position)
             if (header is None and self.size) or (
-                header is not None and header.base_offset != last_offset
+                header is not None and header.last_offset != last_offset
             ):
                 raise IndexFileError(f"{self.index.path}: the last entry is not a batch")
             self.next_offset, self.max_timestamp = self.base_offset, -1

@@ -102,11 +102,11 @@ def verify_segment(
         if epochs is not None and (epoch_problem := epochs.check(header, path)) is not None:
             report.problems.append(epoch_problem)
         entry = pending.pop(header.position, None)
-        if entry is not None and entry.offset != header.base_offset:
+        if entry is not None and entry.offset != header.last_offset:
+            # Kafka's convention: an entry names the last offset of the batch it points at.
             report.problems.append(
                 entry.problem(
-                    f"says offset {entry.offset}, but the batch "
-                    f"there starts at {header.base_offset}"
+                    f"says offset {entry.offset}, but the batch there ends at {header.last_offset}"
                 )
             )
         if on_batch is not None:
