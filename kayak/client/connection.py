@@ -29,7 +29,7 @@ from typing import Any, cast
 from kayak import __version__
 from kayak.client.security.channel import PLAINTEXT, ConnectionSecurity
 from kayak.client.security.config import SaslSettings
-from kayak.client.security.sasl import authenticate
+from kayak.client.security.sasl import SaslLoginThrottledError, authenticate
 from kayak.client.security.tls import tls_failure
 from kayak.client.statistics import ConnectionCounters
 from kayak.errors import (
@@ -66,19 +66,31 @@ class _FrameReceiver(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
+    @property
+    def _replaced(self) -> bool:
+        """Whether the owner has moved on to a new socket (a throttled login retried)."""
+        return self._owner._receiver is not self
+
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._replaced:
+            return memoryview(bytearray(max(sizehint, 1024)))
         return self._owner._protocol.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._replaced:
+            return
         self._owner.counters.rx_bytes += nbytes
         self._owner._protocol.buffer_updated(nbytes)
         self._owner._responses_arrived()
 
     def eof_received(self) -> bool | None:
-        self._owner._fail(NetworkError("the broker closed the connection"))
+        if not self._replaced:
+            self._owner._fail(NetworkError("the broker closed the connection"))
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._replaced:
+            return
         if isinstance(exc, ssl.SSLError):
             # E.g. TLS 1.3: the broker refuses our certificate after the handshake.
             self._owner._fail(tls_failure(exc, self._owner.host, self._owner.port))
@@ -105,6 +117,7 @@ class BrokerConnection:
         self.host, self.port, self.node_id = host, port, node_id
         self.request_timeout = request_timeout_ms / 1000
         self.security = security
+        self._client_id, self._max_frame_size = client_id, max_frame_size
         self._protocol = ClientConnection(client_id=client_id, max_frame_size=max_frame_size)
         self._receiver = _FrameReceiver(self)
         self._waiters: dict[int, asyncio.Future[Message]] = {}
@@ -132,8 +145,40 @@ class BrokerConnection:
         Raises NetworkError/KafkaTimeoutError when the broker cannot be reached;
         ``SslAuthenticationError`` when the TLS handshake fails (untrusted certificate, wrong
         host name, ...) and ``SaslAuthenticationFailedError`` when the credentials are
-        refused: those two name the broker and are not worth retrying.
+        refused: those two name the broker and are not worth retrying. A login the broker
+        did not check for now, saying when to retry (too many logins from this address in
+        line), is retried on a new socket then, within ``request.timeout.ms``.
         """
+        deadline = time.monotonic() + max(self.request_timeout, timeout)
+        while True:
+            try:
+                await self._connect_once(timeout)
+                return
+            except SaslLoginThrottledError as exc:
+                wait = max(exc.retry_after_s, 0.05)
+                if self._closed or time.monotonic() + wait > deadline:
+                    raise
+                log.info("%s; retrying in %gs", exc.message, wait)
+            self._start_over()
+            await asyncio.sleep(wait)
+            if self._closed:
+                raise NetworkError("connection closed by the client")
+
+    def _start_over(self) -> None:
+        """Drop the socket and the protocol state for a new connection attempt."""
+        old = self._receiver
+        self._receiver = _FrameReceiver(self)
+        if old.transport is not None:
+            old.transport.close()
+        self._protocol = ClientConnection(
+            client_id=self._client_id, max_frame_size=self._max_frame_size
+        )
+        self._waiters = {}
+        self._sent_at.clear()
+        self._error = None
+        self.api_versions = {}
+
+    async def _connect_once(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         context = self.security.ssl_context
         tls: dict[str, Any] = {}

@@ -1,4 +1,13 @@
-"""Client test fixtures: real brokers to talk to — kayak's own and Tansu (nobody here wrote it)."""
+"""Client test fixtures: real brokers to talk to — kayak's own, Tansu and Apache Kafka (nobody
+here wrote the last two).
+
+``any_broker`` runs a test against all three; ``kafka_cluster`` against kayak's broker and
+Apache Kafka, for what Tansu does not do (rebalance protocols, auto-commit, ...). Apache Kafka
+is one JVM shared by the whole run (``tests/fixtures/jvm.py``): a test using it names its
+topics and groups uniquely and never assumes the broker is empty. Tests that need kayak's
+broker itself (its CLI against it, shards, kill -9, its own error texts) take
+``kayak_broker`` and carry ``@pytest.mark.kayak_only(reason)``.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from tests.broker.conftest import BrokerProcess
+from tests.fixtures.jvm import ApacheKafka
 
 
 @dataclass
 class RunningBroker:
     """Something clients can bootstrap from, and what kind of broker it is."""
 
-    kind: str  # "kayak" or "tansu"
+    kind: str  # "kayak", "tansu" or "apache-kafka"
     bootstrap_servers: str
 
 
@@ -74,9 +84,30 @@ def kayak_broker(tmp_path: Path) -> Iterator[RunningBroker]:
     broker.stop()
 
 
-@pytest.fixture(params=["kayak", "tansu"])
-def any_broker(request: pytest.FixtureRequest) -> RunningBroker:
-    """Each test using this runs once against kayak's broker and once against Tansu."""
-    name = "kayak_broker" if request.param == "kayak" else "tansu"
-    broker: RunningBroker = request.getfixturevalue(name)
+def running_broker(request: pytest.FixtureRequest, kind: str) -> RunningBroker:
+    """kayak's broker or Tansu (each the test's own), or the run's shared Apache Kafka (never
+    stopped here: other tests use it too)."""
+    if kind == "apache-kafka":
+        kafka: ApacheKafka = request.getfixturevalue("apache_kafka")
+        return RunningBroker("apache-kafka", kafka.bootstrap_servers)
+    broker: RunningBroker = request.getfixturevalue("kayak_broker" if kind == "kayak" else "tansu")
     return broker
+
+
+@pytest.fixture(params=["kayak", "tansu", "apache-kafka"])
+def any_broker(request: pytest.FixtureRequest) -> RunningBroker:
+    """Each test using this runs against kayak's broker, Tansu and Apache Kafka in turn."""
+    return running_broker(request, request.param)
+
+
+@pytest.fixture(params=["kayak", "apache-kafka"])
+def kafka_cluster(request: pytest.FixtureRequest) -> RunningBroker:
+    """kayak's broker and Apache Kafka in turn: for behaviour Tansu does not have."""
+    return running_broker(request, request.param)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "kayak_only(reason): runs against kayak's broker alone (not Apache Kafka), and why",
+    )

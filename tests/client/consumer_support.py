@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -14,6 +15,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kayak.client.consumer import Consumer, ConsumerRecord, TopicPartition
 
 T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    """A topic or group name no other test uses: Apache Kafka is shared by the whole run."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:

@@ -2,7 +2,13 @@
 OAUTHBEARER over SASL_PLAINTEXT and SASL_SSL, asyncio and blocking; wrong passwords and
 mechanisms failing at once; a broker that cannot prove it knows the SCRAM credential
 (a fake one, sending a wrong server signature); re-authentication (KIP-368) while producing;
-and Spark's ``kafka.sasl.*`` options."""
+and Spark's ``kafka.sasl.*`` options.
+
+Against Apache Kafka too (its ``SASL_SSL`` listener: SCRAM-SHA-256/512 only, a user made at
+format time, sessions of one second): authenticating, wrong passwords and mechanisms, and
+re-authentication. OAUTHBEARER, the CLI and Spark are tested against kayak's broker alone:
+the client underneath is the one tested against both.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +39,12 @@ from kayak.protocol.messages import (
 from kayak.protocol.messages.api_versions_response import ApiVersion
 from kayak.protocol.sasl import ScramServer, scram_credential, unsecured_token
 from tests.fixtures.certs import TlsFiles
+from tests.fixtures.jvm import SASL_SESSION_MS, SCRAM_PASSWORD, SCRAM_USER, SecuredApacheKafka
 from tests.security.threaded_broker import ThreadedBroker
 
 pytestmark = pytest.mark.timeout(90)
 
-USER, PASSWORD = "alice", "alice-s3cret"
+USER, PASSWORD = SCRAM_USER, SCRAM_PASSWORD  # the user Apache Kafka was formatted with too
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # Long: a client retrying an authentication failure would outlast the test's timeout.
 PATIENT = {"request.timeout.ms": 100_000}
@@ -64,16 +72,48 @@ def broker(tmp_path_factory: pytest.TempPathFactory, tls_files: TlsFiles) -> Ite
         yield running
 
 
+@dataclass
+class SaslTarget:
+    """Where a SASL client connects: an address per security protocol, the CA to trust."""
+
+    kind: str
+    servers: dict[str, str]
+    ca: Path
+    broker: Broker | None = None  # kayak's, to ask for its sessions
+
+    def bootstrap_servers_for(self, protocol: str) -> str:
+        return self.servers[protocol]
+
+
+def kayak_target(broker: Broker, files: TlsFiles) -> SaslTarget:
+    servers = {p: broker.bootstrap_servers_for(p) for p in ("SASL_PLAINTEXT", "SASL_SSL")}
+    return SaslTarget("kayak", servers, files.ca, broker)
+
+
+def sasl_target(request: pytest.FixtureRequest, kind: str) -> SaslTarget:
+    """The module's kayak broker, or the run's secured Apache Kafka (SASL_SSL only)."""
+    if kind == "apache-kafka":
+        kafka: SecuredApacheKafka = request.getfixturevalue("apache_kafka_secured")
+        assert kafka.tls is not None
+        return SaslTarget(kind, {"SASL_SSL": kafka.bootstrap_servers_for("SASL_SSL")}, kafka.tls.ca)
+    return kayak_target(request.getfixturevalue("broker"), request.getfixturevalue("tls_files"))
+
+
+@pytest.fixture(params=["kayak", "apache-kafka"])
+def target(request: pytest.FixtureRequest) -> SaslTarget:
+    return sasl_target(request, request.param)
+
+
 def sasl_config(
-    broker: Broker, files: TlsFiles, protocol: str, mechanism: str, **extra: object
+    target: SaslTarget, protocol: str, mechanism: str, **extra: object
 ) -> dict[str, object]:
     config: dict[str, object] = {
-        "bootstrap.servers": broker.bootstrap_servers_for(protocol),
+        "bootstrap.servers": target.bootstrap_servers_for(protocol),
         "security.protocol": protocol,
         "sasl.mechanism": mechanism,
     }
     if protocol == "SASL_SSL":
-        config["ssl.ca.location"] = str(files.ca)
+        config["ssl.ca.location"] = str(target.ca)
     if mechanism != "OAUTHBEARER":
         config |= {"sasl.username": USER, "sasl.password": PASSWORD}
     return {**config, **extra}
@@ -96,22 +136,24 @@ async def round_trip(config: dict[str, object]) -> list[bytes]:
 
 
 @pytest.mark.parametrize(
-    ("protocol", "mechanism"),
+    ("kind", "protocol", "mechanism"),
     [
-        ("SASL_PLAINTEXT", "PLAIN"),
-        ("SASL_SSL", "SCRAM-SHA-256"),
-        ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+        ("kayak", "SASL_PLAINTEXT", "PLAIN"),
+        ("kayak", "SASL_SSL", "SCRAM-SHA-256"),
+        ("kayak", "SASL_PLAINTEXT", "SCRAM-SHA-512"),
+        ("apache-kafka", "SASL_SSL", "SCRAM-SHA-256"),
+        ("apache-kafka", "SASL_SSL", "SCRAM-SHA-512"),
     ],
 )
 def test_async_clients_authenticate(
-    broker: Broker, tls_files: TlsFiles, protocol: str, mechanism: str
+    request: pytest.FixtureRequest, kind: str, protocol: str, mechanism: str
 ) -> None:
-    config = sasl_config(broker, tls_files, protocol, mechanism)
+    config = sasl_config(sasl_target(request, kind), protocol, mechanism)
     assert asyncio.run(round_trip(config)) == [b"value-0", b"value-1", b"value-2"]
 
 
-def test_sync_clients_with_a_jaas_config_over_sasl_ssl(broker: Broker, tls_files: TlsFiles) -> None:
-    config = sasl_config(broker, tls_files, "SASL_SSL", "SCRAM-SHA-512")
+def test_sync_clients_with_a_jaas_config_over_sasl_ssl(target: SaslTarget) -> None:
+    config = sasl_config(target, "SASL_SSL", "SCRAM-SHA-512")
     del config["sasl.username"], config["sasl.password"]
     config["sasl.jaas.config"] = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
@@ -125,10 +167,12 @@ def test_sync_clients_with_a_jaas_config_over_sasl_ssl(broker: Broker, tls_files
     with sync.Consumer(config, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         assert consumer.getone().value == b"jaas"
-        principals = {str(s.principal) for s in broker.connection_sessions()}
-    assert f"User:{USER}" in principals
+        if target.broker is not None:  # kayak's broker says who it took us for
+            principals = {str(s.principal) for s in target.broker.connection_sessions()}
+            assert f"User:{USER}" in principals
 
 
+@pytest.mark.kayak_only("Apache Kafka's SASL_SSL listener here enables SCRAM only")
 def test_oauthbearer_token_callback(broker: Broker, tls_files: TlsFiles) -> None:
     calls: list[str] = []
 
@@ -137,8 +181,7 @@ def test_oauthbearer_token_callback(broker: Broker, tls_files: TlsFiles) -> None
         return unsecured_token(USER, 60_000), time.time() + 60
 
     config = sasl_config(
-        broker,
-        tls_files,
+        kayak_target(broker, tls_files),
         "SASL_SSL",
         "OAUTHBEARER",
         oauth_cb=token,
@@ -148,17 +191,23 @@ def test_oauthbearer_token_callback(broker: Broker, tls_files: TlsFiles) -> None
     assert calls and set(calls) == {"scope=kafka"}  # once per connection
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+@pytest.mark.parametrize(
+    ("kind", "protocol", "mechanism"),
+    [
+        ("kayak", "SASL_PLAINTEXT", "PLAIN"),
+        ("kayak", "SASL_PLAINTEXT", "SCRAM-SHA-256"),
+        ("apache-kafka", "SASL_SSL", "SCRAM-SHA-256"),
+    ],
+)
 def test_a_wrong_password_fails_at_once_naming_broker_and_mechanism(
-    broker: Broker, tls_files: TlsFiles, mechanism: str
+    request: pytest.FixtureRequest, kind: str, protocol: str, mechanism: str
 ) -> None:
-    config = sasl_config(
-        broker, tls_files, "SASL_PLAINTEXT", mechanism, **PATIENT, **{"sasl.password": "nope"}
-    )
+    target = sasl_target(request, kind)
+    config = sasl_config(target, protocol, mechanism, **PATIENT, **{"sasl.password": "nope"})
     with pytest.raises(SaslAuthenticationFailedError) as info:
         sync.Producer(config)
     message = str(info.value)
-    assert broker.bootstrap_servers_for("SASL_PLAINTEXT") in message and mechanism in message
+    assert target.bootstrap_servers_for(protocol) in message and mechanism in message
     assert "nope" not in message
 
     async def consume() -> None:
@@ -173,9 +222,20 @@ def test_a_mechanism_the_broker_does_not_enable_is_named(
     tmp_path: Path, tls_files: TlsFiles
 ) -> None:
     with sasl_broker(tmp_path / "data", tls_files, sasl_enabled_mechanisms=("PLAIN",)) as only:
-        config = sasl_config(only, tls_files, "SASL_PLAINTEXT", "SCRAM-SHA-512", **PATIENT)
+        config = sasl_config(
+            kayak_target(only, tls_files), "SASL_PLAINTEXT", "SCRAM-SHA-512", **PATIENT
+        )
         with pytest.raises(UnsupportedSaslMechanismError, match="it enables: PLAIN"):
             sync.Admin(config)
+
+
+def test_a_mechanism_apache_kafka_does_not_enable_is_named(
+    request: pytest.FixtureRequest,
+) -> None:
+    config = sasl_config(sasl_target(request, "apache-kafka"), "SASL_SSL", "PLAIN", **PATIENT)
+    with pytest.raises(UnsupportedSaslMechanismError, match="it enables: SCRAM") as info:
+        sync.Admin(config)
+    assert "SCRAM-SHA-256" in str(info.value) and "SCRAM-SHA-512" in str(info.value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,6 +330,7 @@ class _Counter(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.kayak_only("counts re-authentications in kayak's broker's log; see the next test")
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "OAUTHBEARER"])
 def test_producing_across_many_session_lifetimes_reauthenticates(
     tmp_path: Path, tls_files: TlsFiles, mechanism: str
@@ -290,7 +351,7 @@ def test_producing_across_many_session_lifetimes_reauthenticates(
             tmp_path / "data", tls_files, connections_max_reauth_ms=lifetime_ms
         ) as reauth:
             extra = {"oauth_cb": token} if mechanism == "OAUTHBEARER" else {}
-            config = sasl_config(reauth, tls_files, "SASL_SSL", mechanism, **extra)
+            config = sasl_config(kayak_target(reauth, tls_files), "SASL_SSL", mechanism, **extra)
             sent = asyncio.run(_produce_for(config, seconds=5 * lifetime_ms / 1000))
     finally:
         authenticator.removeHandler(counter)
@@ -301,6 +362,16 @@ def test_producing_across_many_session_lifetimes_reauthenticates(
     assert not any("failed" in line for line in counter.lines)
     if mechanism == "OAUTHBEARER":
         assert len(tokens) == len(first) + len(again)  # a fresh token each time
+
+
+def test_producing_across_apache_kafkas_session_lifetimes_reauthenticates(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Apache Kafka closes a connection whose session expired (KIP-368) at its next request:
+    only re-authenticating in time keeps one connection going (``_produce_for`` raises on
+    any failed send and counts the authentications on the connections it used)."""
+    config = sasl_config(sasl_target(request, "apache-kafka"), "SASL_SSL", "SCRAM-SHA-512")
+    assert asyncio.run(_produce_for(config, seconds=3.5 * SASL_SESSION_MS / 1000)) > 0
 
 
 async def _produce_for(config: dict[str, object], seconds: float) -> int:
@@ -324,10 +395,11 @@ async def _produce_for(config: dict[str, object], seconds: float) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.kayak_only("a Spark session: the client beneath is tested against both above")
 def test_spark_reads_with_kafka_sasl_options(
     spark: Any, broker: Broker, tls_files: TlsFiles
 ) -> None:
-    config = sasl_config(broker, tls_files, "SASL_PLAINTEXT", "SCRAM-SHA-256")
+    config = sasl_config(kayak_target(broker, tls_files), "SASL_PLAINTEXT", "SCRAM-SHA-256")
     topic = f"sasl-spark-{uuid.uuid4().hex[:8]}"
     with sync.Admin(config) as admin:
         admin.create_topics([topic])
@@ -356,6 +428,7 @@ def test_spark_reads_with_kafka_sasl_options(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.kayak_only("kayak's CLI: the client beneath is tested against both above")
 def test_cli_commands_take_security_properties(
     broker: Broker, tls_files: TlsFiles, tmp_path: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""``kayak consume``: formats, limits, groups and one-line errors, against kayak's broker."""
+"""``kayak consume``: formats, limits, groups and one-line errors, against kayak's broker (and
+reading against Apache Kafka too)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 from kayak.cli.consume import compile_format, consume
 from kayak.client.consumer import ConsumerRecord
 from tests.client.conftest import RunningBroker
-from tests.client.consumer_support import create_topic, produce
+from tests.client.consumer_support import create_topic, produce, unique
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,29 +31,30 @@ def test_format_tokens_and_escapes() -> None:
     assert b"".join(p if isinstance(p, bytes) else p(nulls) for p in pieces) == b"::-1:-1\n"
 
 
-def test_consume_prints_every_record_and_exits_at_the_end(kayak_broker: RunningBroker) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, "cli", 2)
+def test_consume_prints_every_record_and_exits_at_the_end(kafka_cluster: RunningBroker) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group_id = unique("cli"), unique("g")
+    create_topic(bootstrap, topic, 2)
     produce(
-        bootstrap, "cli", [(i % 2, b"k%d" % i, b"v%d" % i) for i in range(6)], headers=[("h", b"x")]
+        bootstrap, topic, [(i % 2, b"k%d" % i, b"v%d" % i) for i in range(6)], headers=[("h", b"x")]
     )
     code, out, err = invoke(
-        "-b", bootstrap, "cli", "--from-beginning", "--exit-at-end", "-f", "%p %o %k=%v %h"
+        "-b", bootstrap, topic, "--from-beginning", "--exit-at-end", "-f", "%p %o %k=%v %h"
     )
     assert code == 0, err
     lines = sorted(out.splitlines())
     assert lines == sorted(f"{i % 2} {i // 2} k{i}=v{i} h=x" for i in range(6))
 
-    code, out, _ = invoke("-b", bootstrap, "cli", "--from-beginning", "-c", "2")
+    code, out, _ = invoke("-b", bootstrap, topic, "--from-beginning", "-c", "2")
     assert code == 0
     assert len(out.splitlines()) == 2
 
     # without --from-beginning nothing old is printed
-    code, out, _ = invoke("-b", bootstrap, "cli", "-e")
+    code, out, _ = invoke("-b", bootstrap, topic, "-e")
     assert (code, out) == (0, "")
 
     # as a group member: the first run reads everything and commits, the second nothing
-    group = ["-b", bootstrap, "cli", "--group", "g", "--from-beginning", "-e"]
+    group = ["-b", bootstrap, topic, "--group", group_id, "--from-beginning", "-e"]
     code, out, err = invoke(*group, "-X", "fetch.max.wait.ms=50")
     assert code == 0, err
     assert sorted(out.splitlines()) == sorted(f"v{i}" for i in range(6))
@@ -60,6 +62,7 @@ def test_consume_prints_every_record_and_exits_at_the_end(kayak_broker: RunningB
     assert (code, out) == (0, ""), err
 
 
+@pytest.mark.kayak_only("the CLI's own one-line errors: one broker shows them")
 def test_errors_are_one_line_with_a_nonzero_exit(kayak_broker: RunningBroker) -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))

@@ -1,4 +1,4 @@
-"""The consumer's fetch path against real brokers: kayak's and Tansu.
+"""The consumer's fetch path against real brokers: kayak's, Tansu and Apache Kafka.
 
 Data is written by confluent-kafka, so what kayak decodes was encoded by another client.
 """
@@ -23,7 +23,14 @@ from kayak.client.consumer import (
 from kayak.errors import OffsetOutOfRangeError
 from tests.broker.conftest import BrokerProcess
 from tests.client.conftest import RunningBroker
-from tests.client.consumer_support import create_topic, produce, read_count, read_until, run
+from tests.client.consumer_support import (
+    create_topic,
+    produce,
+    read_count,
+    read_until,
+    run,
+    unique,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,17 +42,18 @@ def test_assign_seek_getmany_returns_exactly_what_was_written_in_every_codec(
 ) -> None:
     bootstrap = any_broker.bootstrap_servers
     headers = [("h", b"1"), ("empty", b"")]
-    for codec in CODECS:
-        create_topic(bootstrap, f"codec-{codec}")
+    topics = {codec: unique(f"codec-{codec}") for codec in CODECS}
+    for codec, topic in topics.items():
+        create_topic(bootstrap, topic)
         records = [
             (0, b"k%d" % i if i % 3 else None, b"value-%d" % i * (i % 7)) for i in range(300)
         ]
-        produce(bootstrap, f"codec-{codec}", records, compression=codec, headers=headers)
+        produce(bootstrap, topic, records, compression=codec, headers=headers)
 
     async def main() -> None:
         async with Consumer({"bootstrap.servers": bootstrap}) as consumer:
-            for codec in CODECS:
-                tp = TopicPartition(f"codec-{codec}", 0)
+            for codec, topic in topics.items():
+                tp = TopicPartition(topic, 0)
                 consumer.assign([tp])
                 consumer.seek(tp, 123)
                 got = await read_count(consumer, 300 - 123)
@@ -64,12 +72,13 @@ def test_assign_seek_getmany_returns_exactly_what_was_written_in_every_codec(
 
 def test_values_only_fast_path_reads_the_same_values(any_broker: RunningBroker) -> None:
     bootstrap = any_broker.bootstrap_servers
-    create_topic(bootstrap, "values", 2)
-    produce(bootstrap, "values", [(i % 2, None, b"v%d" % i) for i in range(200)])
+    topic = unique("values")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, [(i % 2, None, b"v%d" % i) for i in range(200)])
 
     async def main() -> None:
         async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
-            c.assign([TopicPartition("values", 0), TopicPartition("values", 1)])
+            c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
             values: dict[int, list[bytes | None]] = {0: [], 1: []}
             deadline = time.monotonic() + 15
             while sum(map(len, values.values())) < 200 and time.monotonic() < deadline:
@@ -85,10 +94,11 @@ def test_offset_reset_policies(any_broker: RunningBroker) -> None:
     """Tansu answers a fetch past the end with no records instead of OFFSET_OUT_OF_RANGE, so
     there the consumer just waits at that offset (as every client would)."""
     bootstrap = any_broker.bootstrap_servers
-    reports_out_of_range = any_broker.kind == "kayak"
-    create_topic(bootstrap, "reset")
-    produce(bootstrap, "reset", [(0, None, b"old-%d" % i) for i in range(10)])
-    tp = TopicPartition("reset", 0)
+    reports_out_of_range = any_broker.kind != "tansu"
+    topic = unique("reset")
+    create_topic(bootstrap, topic)
+    produce(bootstrap, topic, [(0, None, b"old-%d" % i) for i in range(10)])
+    tp = TopicPartition(topic, 0)
 
     async def main() -> None:
         async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
@@ -102,9 +112,9 @@ def test_offset_reset_policies(any_broker: RunningBroker) -> None:
             end = (await c.end_offsets([tp]))[tp]
             # Tansu's ListOffsets(latest) answers the last batch's base offset + 1 (here 1,
             # the ten records being one batch), not the log end offset.
-            assert end == (10 if any_broker.kind == "kayak" else 1)
+            assert end == (1 if any_broker.kind == "tansu" else 10)
             assert await c.position(tp) == end
-            produce(bootstrap, "reset", [(0, None, b"new")])
+            produce(bootstrap, topic, [(0, None, b"new")])
             later = await read_until(c, lambda rs: bool(rs) and rs[-1].value == b"new")
             assert [r.offset for r in later] == list(range(end, 11))
             c.seek_to_beginning(tp)
@@ -127,9 +137,10 @@ def test_offset_reset_policies(any_broker: RunningBroker) -> None:
 
 def test_pause_and_resume(any_broker: RunningBroker) -> None:
     bootstrap = any_broker.bootstrap_servers
-    create_topic(bootstrap, "pausing", 2)
-    produce(bootstrap, "pausing", [(i % 2, None, b"%d" % i) for i in range(40)])
-    p0, p1 = TopicPartition("pausing", 0), TopicPartition("pausing", 1)
+    topic = unique("pausing")
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(40)])
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
     async def main() -> None:
         async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
@@ -147,16 +158,17 @@ def test_pause_and_resume(any_broker: RunningBroker) -> None:
     run(main())
 
 
-def test_pipelining_keeps_more_than_one_fetch_in_flight(kayak_broker: RunningBroker) -> None:
+def test_pipelining_keeps_more_than_one_fetch_in_flight(kafka_cluster: RunningBroker) -> None:
     """Counted by the fetcher, not timed: with depth > 1 requests overlap, for several
     partitions and for one alone (from predicted offsets), and every record arrives once."""
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, "piped", 4)
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = unique("piped")
+    create_topic(bootstrap, topic, 4)
     value = b"x" * 2000
     # small batches, so each partition takes many fetches of 64 KiB
     records = [(i % 4, None, value) for i in range(4000)]
-    produce(bootstrap, "piped", records, **{"batch.size": 16_384})
-    every = [TopicPartition("piped", p) for p in range(4)]
+    produce(bootstrap, topic, records, **{"batch.size": 16_384})
+    every = [TopicPartition(topic, p) for p in range(4)]
 
     async def read_all(depth: int, partitions: list[TopicPartition]) -> FetchStats:
         config = {
@@ -230,6 +242,7 @@ def two_shards(tmp_path: Path) -> Iterator[tuple[BrokerProcess, list[str]]]:
     broker.stop()
 
 
+@pytest.mark.kayak_only("moves a partition between shards with `kayak partitions move`")
 def test_a_moved_partition_is_fetched_from_its_new_leader(
     two_shards: tuple[BrokerProcess, list[str]],
 ) -> None:

@@ -1,4 +1,8 @@
-"""Consumer groups against real brokers: joining, rebalancing, heartbeats, commits."""
+"""Consumer groups against real brokers: joining, rebalancing, heartbeats, commits.
+
+Every test runs against kayak's broker and Apache Kafka (``kafka_cluster``); the first also
+against Tansu. Topic and group names are unique per test: Apache Kafka is shared by the run.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ import pytest
 
 from kayak.client.consumer import Consumer, RebalanceListener, TopicPartition
 from tests.client.conftest import RunningBroker
-from tests.client.consumer_support import create_topic, produce, read_until, run
+from tests.client.consumer_support import create_topic, produce, read_until, run, unique
 
 pytestmark = pytest.mark.timeout(60)
 
-TOPIC = "grouped"
-ALL = {TopicPartition(TOPIC, p) for p in range(4)}
+
+def every_partition(topic: str) -> set[TopicPartition]:
+    return {TopicPartition(topic, p) for p in range(4)}
 
 
 class Recorder(RebalanceListener):
@@ -63,19 +68,21 @@ def test_two_members_share_rebalance_and_a_new_member_resumes_from_commits(
     any_broker: RunningBroker,
 ) -> None:
     bootstrap = any_broker.bootstrap_servers
-    create_topic(bootstrap, TOPIC, 4)
-    produce(bootstrap, TOPIC, [(i % 4, None, b"old-%d" % i) for i in range(400)])
+    topic, group = unique("grouped"), unique("group")
+    every = every_partition(topic)
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, [(i % 4, None, b"old-%d" % i) for i in range(400)])
 
     async def main() -> None:
-        a, b = member(bootstrap, "g1"), member(bootstrap, "g1")
+        a, b = member(bootstrap, group), member(bootstrap, group)
         await a.start()
         await b.start()
-        a.subscribe([TOPIC])
-        b.subscribe([TOPIC])
+        a.subscribe([topic])
+        b.subscribe([topic])
         got = await poll_until(
             [a, b],
             lambda got: bool(
-                a.assignment() | b.assignment() == ALL
+                a.assignment() | b.assignment() == every
                 and not a.assignment() & b.assignment()
                 and a.assignment()
                 and b.assignment()
@@ -83,43 +90,44 @@ def test_two_members_share_rebalance_and_a_new_member_resumes_from_commits(
             ),
         )
         assert a.assignment() and b.assignment()
-        assert a.assignment() | b.assignment() == ALL
+        assert a.assignment() | b.assignment() == every
         assert not a.assignment() & b.assignment()
         assert sorted(got[0] + got[1]) == sorted(b"old-%d" % i for i in range(400))
         await a.commit()
         await b.commit()
         await b.close()
-        await poll_until([a], lambda _: a.assignment() == ALL)
-        assert a.assignment() == ALL
-        for tp in ALL:
+        await poll_until([a], lambda _: a.assignment() == every)
+        assert a.assignment() == every
+        for tp in every:
             assert await a.committed(tp) == 100
-        produce(bootstrap, TOPIC, [(i % 4, None, b"new-%d" % i) for i in range(40)])
+        produce(bootstrap, topic, [(i % 4, None, b"new-%d" % i) for i in range(40)])
         await a.close()
 
-        async with member(bootstrap, "g1") as c:
-            c.subscribe([TOPIC])
+        async with member(bootstrap, group) as c:
+            c.subscribe([topic])
             records = await read_until(c, lambda rs: len(rs) >= 40, 20)
             assert sorted(r.value for r in records) == sorted(b"new-%d" % i for i in range(40))
-            assert c.assignment() == ALL
+            assert c.assignment() == every
 
     run(main(), timeout=50)
 
 
-def test_heartbeats_keep_a_slow_member_in_the_group(kayak_broker: RunningBroker) -> None:
+def test_heartbeats_keep_a_slow_member_in_the_group(kafka_cluster: RunningBroker) -> None:
     """Processing pauses longer than heartbeat.interval.ms (but below session.timeout.ms)
     cause no rebalance: heartbeats run on their own task."""
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, TOPIC, 4)
-    produce(bootstrap, TOPIC, [(i % 4, None, b"%d" % i) for i in range(40)])
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = unique("grouped"), unique("group")
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, [(i % 4, None, b"%d" % i) for i in range(40)])
     config = {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 100}
 
     async def main() -> None:
         async with (
-            member(bootstrap, "slow", **config) as a,
-            member(bootstrap, "slow", **config) as b,
+            member(bootstrap, group, **config) as a,
+            member(bootstrap, group, **config) as b,
         ):
-            a.subscribe([TOPIC])
-            b.subscribe([TOPIC])
+            a.subscribe([topic])
+            b.subscribe([topic])
             await poll_until([a, b], lambda _: len(a.assignment()) == len(b.assignment()) == 2)
             assert a.group_member is not None and b.group_member is not None
             before = (a.assignment(), b.assignment())
@@ -136,60 +144,65 @@ def test_heartbeats_keep_a_slow_member_in_the_group(kayak_broker: RunningBroker)
     run(main(), timeout=50)
 
 
-def test_eager_rebalance_revokes_everything_then_assigns(kayak_broker: RunningBroker) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, TOPIC, 4)
+def test_eager_rebalance_revokes_everything_then_assigns(kafka_cluster: RunningBroker) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = unique("grouped"), unique("group")
+    every = every_partition(topic)
+    create_topic(bootstrap, topic, 4)
     listener = Recorder()
 
     async def main() -> None:
-        async with member(bootstrap, "eager", partition_assignment_strategy="range") as a:
-            a.subscribe([TOPIC], listener=listener)
-            await poll_until([a], lambda _: a.assignment() == ALL)
-            async with member(bootstrap, "eager") as b:
-                b.subscribe([TOPIC])
+        async with member(bootstrap, group, partition_assignment_strategy="range") as a:
+            a.subscribe([topic], listener=listener)
+            await poll_until([a], lambda _: a.assignment() == every)
+            async with member(bootstrap, group) as b:
+                b.subscribe([topic])
                 await poll_until([a, b], lambda _: len(a.assignment()) == len(b.assignment()) == 2)
                 mine = a.assignment()
-            await poll_until([a], lambda _: a.assignment() == ALL)
-        assert listener.calls[:3] == [("assigned", ALL), ("revoked", ALL), ("assigned", mine)]
-        assert listener.calls[3:5] == [("revoked", mine), ("assigned", ALL)]
+            await poll_until([a], lambda _: a.assignment() == every)
+        assert listener.calls[:3] == [("assigned", every), ("revoked", every), ("assigned", mine)]
+        assert listener.calls[3:5] == [("revoked", mine), ("assigned", every)]
 
     run(main(), timeout=50)
 
 
-def test_cooperative_sticky_revokes_only_what_moves(kayak_broker: RunningBroker) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, TOPIC, 4)
-    produce(bootstrap, TOPIC, [(i % 4, None, b"%d" % i) for i in range(400)])
+def test_cooperative_sticky_revokes_only_what_moves(kafka_cluster: RunningBroker) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = unique("grouped"), unique("group")
+    every = every_partition(topic)
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, [(i % 4, None, b"%d" % i) for i in range(400)])
     listener = Recorder()
     config = {"partition.assignment.strategy": "cooperative-sticky"}
 
     async def main() -> None:
-        async with member(bootstrap, "coop", **config) as a:
-            a.subscribe([TOPIC], listener=listener)
-            await poll_until([a], lambda _: a.assignment() == ALL)
-            async with member(bootstrap, "coop", **config) as b:
-                b.subscribe([TOPIC])
+        async with member(bootstrap, group, **config) as a:
+            a.subscribe([topic], listener=listener)
+            await poll_until([a], lambda _: a.assignment() == every)
+            async with member(bootstrap, group, **config) as b:
+                b.subscribe([topic])
                 await poll_until([a, b], lambda _: len(a.assignment()) == len(b.assignment()) == 2)
                 kept, moved = a.assignment(), b.assignment()
-                assert kept | moved == ALL
+                assert kept | moved == every
         revocations = [p for kind, p in listener.calls if kind == "revoked"]
         assert revocations[0] == moved  # never all four: only what b was to get
-        assert listener.calls[0] == ("assigned", ALL)
-        assert all(p <= ALL - kept for p in revocations[:1])
+        assert listener.calls[0] == ("assigned", every)
+        assert all(p <= every - kept for p in revocations[:1])
 
     run(main(), timeout=50)
 
 
-def test_auto_commit_commits_what_the_application_finished(kayak_broker: RunningBroker) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, "auto")
-    produce(bootstrap, "auto", [(0, None, b"%d" % i) for i in range(30)])
-    tp = TopicPartition("auto", 0)
+def test_auto_commit_commits_what_the_application_finished(kafka_cluster: RunningBroker) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = unique("auto"), unique("auto-g")
+    create_topic(bootstrap, topic)
+    produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(30)])
+    tp = TopicPartition(topic, 0)
     config = {"enable.auto.commit": True, "auto.commit.interval.ms": 100}
 
     async def main() -> None:
-        async with member(bootstrap, "auto-g", **config) as c:
-            c.subscribe(["auto"])
+        async with member(bootstrap, group, **config) as c:
+            c.subscribe([topic])
             first = await read_until(c, lambda rs: len(rs) >= 10, 20)
             await asyncio.sleep(0.4)
             # the records of the last poll are not known to be processed until the next poll
@@ -199,51 +212,55 @@ def test_auto_commit_commits_what_the_application_finished(kayak_broker: Running
             await asyncio.sleep(0.4)
             assert await c.committed(tp) == await c.position(tp)
             final = await c.position(tp)
-        async with member(bootstrap, "auto-g") as check:
+        async with member(bootstrap, group) as check:
             assert await check.committed(tp) == final  # close() committed everything returned
 
     run(main(), timeout=50)
 
 
-def test_a_pattern_subscription_follows_new_topics(kayak_broker: RunningBroker) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, "logs-a")
-    create_topic(bootstrap, "other")
-    produce(bootstrap, "logs-a", [(0, None, b"a")])
+def test_a_pattern_subscription_follows_new_topics(kafka_cluster: RunningBroker) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    prefix, group = unique("logs"), unique("pattern")
+    logs_a, logs_b = f"{prefix}-a", f"{prefix}-b"
+    create_topic(bootstrap, logs_a)
+    create_topic(bootstrap, unique("other"))
+    produce(bootstrap, logs_a, [(0, None, b"a")])
 
     async def main() -> None:
-        async with member(bootstrap, "pattern", metadata_max_age_ms=300) as c:
-            c.subscribe(pattern=r"logs-.*")
+        async with member(bootstrap, group, metadata_max_age_ms=300) as c:
+            c.subscribe(pattern=rf"{prefix}-.*")
             got = await read_until(c, lambda rs: len(rs) >= 1, 20)
-            assert [(r.topic, r.value) for r in got] == [("logs-a", b"a")]
-            assert c.subscription() == {"logs-a"}
+            assert [(r.topic, r.value) for r in got] == [(logs_a, b"a")]
+            assert c.subscription() == {logs_a}
             await c.commit()  # the rebalance for logs-b starts logs-a over from its commit
-            create_topic(bootstrap, "logs-b")
-            produce(bootstrap, "logs-b", [(0, None, b"b")])
+            create_topic(bootstrap, logs_b)
+            produce(bootstrap, logs_b, [(0, None, b"b")])
             got = await read_until(c, lambda rs: len(rs) >= 1, 20)
-            assert [(r.topic, r.value) for r in got] == [("logs-b", b"b")]
-            assert c.assignment() == {TopicPartition("logs-a", 0), TopicPartition("logs-b", 0)}
+            assert [(r.topic, r.value) for r in got] == [(logs_b, b"b")]
+            assert c.assignment() == {TopicPartition(logs_a, 0), TopicPartition(logs_b, 0)}
 
     run(main(), timeout=50)
 
 
 def test_a_member_that_stops_polling_leaves_and_rejoins_on_its_next_poll(
-    kayak_broker: RunningBroker,
+    kafka_cluster: RunningBroker,
 ) -> None:
-    bootstrap = kayak_broker.bootstrap_servers
-    create_topic(bootstrap, TOPIC, 4)
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = unique("grouped"), unique("group")
+    every = every_partition(topic)
+    create_topic(bootstrap, topic, 4)
     config = {"max.poll.interval.ms": 1_000, "heartbeat.interval.ms": 100}
 
     async def main() -> None:
-        async with member(bootstrap, "stalled", **config) as c:
-            c.subscribe([TOPIC])
-            await poll_until([c], lambda _: c.assignment() == ALL)
-            group = c.group_member
-            assert group is not None
-            first = group.rebalances
+        async with member(bootstrap, group, **config) as c:
+            c.subscribe([topic])
+            await poll_until([c], lambda _: c.assignment() == every)
+            membership = c.group_member
+            assert membership is not None
+            first = membership.rebalances
             await asyncio.sleep(1.6)  # no poll for longer than max.poll.interval.ms
-            assert group.member_id == ""  # it left the group
-            await poll_until([c], lambda _: group.rebalances > first)
-            assert c.assignment() == ALL
+            assert membership.member_id == ""  # it left the group
+            await poll_until([c], lambda _: membership.rebalances > first)
+            assert c.assignment() == every
 
     run(main(), timeout=50)

@@ -492,6 +492,33 @@ def test_a_retry_among_many_requests_in_flight_keeps_the_order() -> None:
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(sequences))
 
 
+def test_the_first_batch_of_a_new_producer_goes_alone_so_a_refusal_cannot_reorder() -> None:
+    """A broker with no state for a producer accepts any sequence (Kafka does: the state may
+    have expired, KIP-360). Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a moment after a
+    topic is created; had the batches behind the first one been in flight, the broker would
+    have stored them first and refused the first one's retry as out of order for good. So a
+    partition's first batch goes alone; pipelining starts once the broker has stored it."""
+
+    async def main() -> StubBroker:
+        async with StubBroker(MODERN) as stub:
+            stub.response_delay = 0.02
+            stub.faults[0].append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            settings = {"request_timeout_ms": 1000, "delivery_timeout_ms": 3000}
+            async with _producer(stub, linger_ms=0, batch_size=200, **settings) as producer:
+                futures = []
+                for i in range(100):
+                    futures.append(await producer.send(TOPIC, b"r%03d" % i, partition=0))
+                    if i % 10 == 0:
+                        await asyncio.sleep(0)  # let batches go out one after another
+                offsets = [(await f).offset for f in futures]
+                assert offsets == list(range(100))
+            return stub
+
+    stub = run(main())
+    assert stub.values(0) == [b"r%03d" % i for i in range(100)]
+    assert stub.logs[0][0].base_sequence == 0
+
+
 def test_a_partition_without_a_leader_waits_for_one() -> None:
     """Records for a leaderless partition wait while metadata is fetched again, then go."""
 

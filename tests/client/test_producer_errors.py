@@ -16,7 +16,7 @@ from kayak.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from tests.client.conftest import _free_port
+from tests.client.conftest import RunningBroker, _free_port
 from tests.client.test_producer_support import (
     Stoppable,
     create_topic,
@@ -32,6 +32,8 @@ __all__ = ["stoppable_broker"]  # the fixture, imported to be found
 
 @pytest.fixture
 def broker(stoppable_broker: Stoppable) -> Stoppable:
+    """kayak's broker and Tansu, each of this test's own: these tests pause or kill it, so
+    not the run's shared Apache Kafka."""
     return stoppable_broker
 
 
@@ -90,12 +92,12 @@ def test_not_started_or_closed_producer_refuses_to_send() -> None:
     run(main())
 
 
-def test_record_errors_unknown_topics_and_bad_arguments(broker: Stoppable) -> None:
-    topic = create_topic(broker.bootstrap_servers, unique("errors"), 2)
+def test_record_errors_unknown_topics_and_bad_arguments(any_broker: RunningBroker) -> None:
+    topic = create_topic(any_broker.bootstrap_servers, unique("errors"), 2)
 
     async def main() -> None:
         async with Producer(
-            {"bootstrap.servers": broker.bootstrap_servers, "allow.auto.create.topics": False},
+            {"bootstrap.servers": any_broker.bootstrap_servers, "allow.auto.create.topics": False},
             max_block_ms=700,
             max_request_size=10_000,
         ) as producer:

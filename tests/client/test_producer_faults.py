@@ -1,7 +1,8 @@
-"""The idempotent producer through a faulty network and a partition that moves: every
-acknowledged record is stored exactly once, in order.
+"""The idempotent producer through a faulty network (to kayak's broker and to Apache Kafka) and
+a partition that moves between kayak's shards: every acknowledged record is stored exactly
+once, in order.
 
-``FaultyProxy`` sits between the producer and kayak's broker and, for a bounded time, drops
+``FaultyProxy`` sits between the producer and the broker and, for a bounded time, drops
 connections (before a request goes through, or after, so that its outcome is unknown),
 delays frames, and cuts responses off in the middle. It reads the frames going through so it
 can rewrite Metadata answers: the producer must keep talking to the proxy, not to the broker
@@ -29,6 +30,7 @@ from kayak.protocol.messages.metadata_response import MetadataResponse
 from kayak.protocol.messages.response_header import ResponseHeader
 from tests.broker.conftest import BrokerProcess
 from tests.client.test_producer_support import create_topic, read_back, run, unique
+from tests.fixtures.jvm import ApacheKafka
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -164,10 +166,16 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     return prefix + await reader.readexactly(int.from_bytes(prefix, "big"))
 
 
-@pytest.fixture
-def kayak(tmp_path: Path) -> Iterator[BrokerProcess]:
+@pytest.fixture(params=["kayak", "apache-kafka"])
+def upstream(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """What the proxy forwards to: a kayak broker of the test's own, or the run's shared
+    Apache Kafka (whose sequence checks are the reference for kayak's)."""
+    if request.param == "apache-kafka":
+        kafka: ApacheKafka = request.getfixturevalue("apache_kafka")
+        yield kafka.bootstrap_servers
+        return
     broker = BrokerProcess(tmp_path / "data", extra_args=["--flush", "never"]).start()
-    yield broker
+    yield broker.bootstrap_servers
     broker.stop()
 
 
@@ -184,13 +192,11 @@ def _check_exactly_once_in_order(
     assert len(acked_offsets) == len(acked), "two records acknowledged at one offset"
 
 
-def test_faults_between_producer_and_broker_lose_and_duplicate_nothing(
-    kayak: BrokerProcess,
-) -> None:
+def test_faults_between_producer_and_broker_lose_and_duplicate_nothing(upstream: str) -> None:
     """Three seconds of dropped connections, delays and answers cut in half, while an
     idempotent producer sends to two partitions with five requests in flight."""
-    topic = create_topic(kayak.bootstrap_servers, unique("faults"), 2)
-    host, port = kayak.bootstrap_servers.rsplit(":", 1)
+    topic = create_topic(upstream, unique("faults"), 2)
+    host, port = upstream.rsplit(":", 1)
     sent: dict[int, list[bytes]] = {0: [], 1: []}
 
     async def main() -> tuple[list[RecordMetadata], dict[str, int]]:
@@ -234,7 +240,7 @@ def test_faults_between_producer_and_broker_lose_and_duplicate_nothing(
     assert faults["lost"] + faults["drop"] + faults["cut"] >= 10, faults
     total = sum(len(v) for v in sent.values())
     assert len(acked) == total  # with retries and idempotence, everything gets through
-    stored = read_back(kayak.bootstrap_servers, topic, 2, total)
+    stored = read_back(upstream, topic, 2, total)
     by_partition: dict[int, list[bytes]] = {0: [], 1: []}
     for record in stored:
         assert record.value is not None
@@ -263,6 +269,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[BrokerProcess, list[str]]]:
     broker.stop()
 
 
+@pytest.mark.kayak_only("moves a partition between kayak's shards with `kayak partitions move`")
 def test_a_partition_moving_to_another_shard_mid_produce(
     shards: tuple[BrokerProcess, list[str]],
 ) -> None:

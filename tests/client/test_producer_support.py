@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker.conftest import BrokerProcess
 from tests.client.conftest import RunningBroker, _free_port, _wait_for_port, tansu_binary
+from tests.fixtures.jvm import ApacheKafka
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -152,12 +153,16 @@ def stoppable_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
         stoppable.kill()
 
 
-@pytest.fixture(scope="module", params=["kayak", "tansu"])
+@pytest.fixture(scope="module", params=["kayak", "tansu", "apache-kafka"])
 def shared_broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningBroker]:
-    """One broker for a whole test module (each test makes its own topics): kayak's and
-    Tansu in turn."""
+    """One broker for a whole test module (each test makes its own topics): kayak's, Tansu
+    and the run's shared Apache Kafka in turn."""
+    if request.param == "apache-kafka":
+        kafka: ApacheKafka = request.getfixturevalue("apache_kafka")
+        yield RunningBroker("apache-kafka", kafka.bootstrap_servers)
+        return
     tmp: Path = tmp_path_factory.mktemp(f"producer-{request.param}")
     if request.param == "kayak":
         broker = BrokerProcess(tmp / "data").start()

@@ -1,5 +1,6 @@
 """``statistics()`` on the producer, consumer and admin clients (librdkafka's statistics, as a
-dict), and ``stats_cb`` every ``statistics.interval.ms``, against a real kayak broker."""
+dict), and ``stats_cb`` every ``statistics.interval.ms``, against a real kayak broker and
+Apache Kafka (the reconnect test kills the broker: kayak's alone)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from kayak.client import Admin, Consumer, Producer, TopicPartition, sync
+from kayak.client import Admin, Consumer, NewTopic, Producer, TopicPartition, sync
 from kayak.errors import ConfigError
 from tests.broker.conftest import BrokerProcess
+from tests.client.consumer_support import unique
+from tests.fixtures.jvm import ApacheKafka
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,8 +32,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process.stop()
 
 
-@pytest.fixture
-def bootstrap(broker: BrokerProcess) -> str:
+@pytest.fixture(params=["kayak", "apache-kafka"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """kayak's broker (one per module) and the run's shared Apache Kafka in turn."""
+    if request.param == "apache-kafka":
+        kafka: ApacheKafka = request.getfixturevalue("apache_kafka")
+        return kafka.bootstrap_servers
+    broker: BrokerProcess = request.getfixturevalue("broker")
     return broker.bootstrap_servers
 
 
@@ -46,12 +54,13 @@ def _check_rtt(broker: dict[str, Any]) -> None:
 
 
 def test_counts_bytes_and_lag_match_what_was_produced_and_consumed(bootstrap: str) -> None:
-    topic = "stats-roundtrip"
+    topic, group_id = unique("stats-roundtrip"), unique("stats-group")
 
     async def main() -> None:
         async with Admin({"bootstrap.servers": bootstrap}) as admin:
-            await admin.create_topics([topic])  # one partition
+            await admin.create_topics([NewTopic(topic, 1, 1)])
             admin_stats = admin.statistics()
+            leader_id = (await admin.describe_topics([topic]))[topic].partitions[0].leader
         assert admin_stats["type"] == "admin"
         assert sum(b["req"].get("CreateTopics", 0) for b in admin_stats["brokers"].values()) == 1
 
@@ -75,13 +84,13 @@ def test_counts_bytes_and_lag_match_what_was_produced_and_consumed(bootstrap: st
         brokers = produced["brokers"]
         assert produced["tx"] == sum(b["tx"] for b in brokers.values())
         assert produced["rx_bytes"] == sum(b["rxbytes"] for b in brokers.values())
-        leader = next(b for name, b in brokers.items() if name.endswith("/0"))
-        assert leader["state"] == "UP" and leader["nodeid"] == 0
+        leader = next(b for name, b in brokers.items() if name.endswith(f"/{leader_id}"))
+        assert leader["state"] == "UP" and leader["nodeid"] == leader_id
         assert leader["req"]["Produce"] >= 1 and leader["outbuf_cnt"] == 0
         assert leader["rx"] == leader["tx"]  # every request answered (acks=all)
         _check_rtt(leader)
 
-        config = {"bootstrap.servers": bootstrap, "group.id": "stats-group",
+        config = {"bootstrap.servers": bootstrap, "group.id": group_id,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False}  # fmt: skip
         async with Consumer(config) as consumer:
             consumer.subscribe([topic])
@@ -110,7 +119,9 @@ def test_counts_bytes_and_lag_match_what_was_produced_and_consumed(bootstrap: st
         assert group["rebalance_cnt"] >= 1 and group["assignment_size"] == 1
         coordinator = consumed["brokers"]["GroupCoordinator"]
         assert coordinator["req"]["OffsetCommit"] == 1 and coordinator["req"]["JoinGroup"] >= 1
-        fetcher = next(b for name, b in consumed["brokers"].items() if name.endswith("/0"))
+        fetcher = next(
+            b for name, b in consumed["brokers"].items() if name.endswith(f"/{leader_id}")
+        )
         assert fetcher["req"]["Fetch"] >= 1
         assert fetcher["rxbytes"] > consumed["rxmsg_bytes"]
         _check_rtt(fetcher)
@@ -129,7 +140,7 @@ def test_stats_cb_is_called_every_interval_and_survives_a_failing_call(bootstrap
     async def main() -> None:
         config = {"bootstrap.servers": bootstrap, "statistics.interval.ms": 50}
         async with Producer(config, stats_cb=callback) as producer:
-            await producer.send_and_wait("stats-callback", b"x")
+            await producer.send_and_wait(unique("stats-callback"), b"x")
             while len(reports) < 4:
                 await asyncio.sleep(0.02)
         count = len(reports)
@@ -144,6 +155,7 @@ def test_stats_cb_is_called_every_interval_and_survives_a_failing_call(bootstrap
     assert reports[-1]["txmsgs"] == 1
 
 
+@pytest.mark.kayak_only("kills the broker with SIGKILL and restarts it")
 def test_the_counts_survive_a_reconnect(broker: BrokerProcess) -> None:
     async def main() -> None:
         config = {"bootstrap.servers": broker.bootstrap_servers, "retry.backoff.ms": 50,
@@ -168,7 +180,7 @@ def test_the_counts_survive_a_reconnect(broker: BrokerProcess) -> None:
 
 
 def test_the_blocking_facades_have_statistics_too(bootstrap: str) -> None:
-    topic = "stats-sync"
+    topic = unique("stats-sync")
     with sync.Producer(bootstrap_servers=bootstrap) as producer:
         producer.send_and_wait(topic, b"one")
         assert producer.statistics()["txmsgs"] == 1

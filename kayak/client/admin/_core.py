@@ -303,9 +303,13 @@ class AdminCore:
         missing = UnknownServerError("the broker's response did not mention it")
         return {item: answer.get(item, labelled(missing, label(item))) for item in items}
 
+    async def pause(self, attempt: int, deadline: Deadline) -> None:
+        """Sleep the retry backoff of ``attempt`` (counted from 0), within the deadline."""
+        await asyncio.sleep(min(self._backoff.delay(attempt), deadline.remaining()))
+
     async def _before_retry(self, attempt: int, deadline: Deadline) -> None:
         """Wait the backoff, then forget what may have moved and fetch fresh metadata."""
-        await asyncio.sleep(min(self._backoff.delay(attempt), deadline.remaining()))
+        await self.pause(attempt, deadline)
         self.coordinators.clear()
         self.controller_id = None
         try:

@@ -1,8 +1,16 @@
 """Topic and cluster administration: CreateTopics, DeleteTopics, CreatePartitions (sent to the
-controller), Metadata and DescribeCluster (any broker)."""
+controller), Metadata and DescribeCluster (any broker).
+
+A controller acknowledges a new topic (or new partitions) once it has recorded them; in a KRaft
+Apache Kafka the brokers learn of it from the metadata log a moment later, and until then
+answer that the topic does not exist. So creating topics or partitions returns once the
+broker's metadata shows them, and the next call (list_offsets, describe_configs, a producer)
+finds them: read your own writes.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Collection, Mapping
 from functools import partial
@@ -39,6 +47,8 @@ from kayak.protocol.messages.delete_topics_response import DeleteTopicsResponse
 from kayak.protocol.messages.metadata_request import MetadataRequestTopic
 from kayak.protocol.messages.metadata_response import MetadataResponse, MetadataResponseTopic
 from kayak.protocol.primitives import ZERO_UUID
+
+log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_TOPIC_LENGTH = 249
@@ -94,7 +104,47 @@ async def create_topics(
             what="create topics",
         )
     )
+    if not validate_only:
+        created = {n: r.num_partitions for n, r in outcome.items() if isinstance(r, CreatedTopic)}
+        await await_partitions(core, created, deadline)
     return {name: outcome[name] for name in wanted}
+
+
+# Metadata errors of a topic the broker has not caught up with yet.
+_NOT_YET = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE})
+
+
+async def await_partitions(core: AdminCore, counts: Mapping[str, int], deadline: Deadline) -> None:
+    """Wait until the broker's metadata shows each topic with at least ``counts[topic]``
+    partitions (-1: any), each with a leader (see the module docstring).
+
+    Never fails: the topics were created whatever the broker says now. Waiting stops at the
+    deadline, or for a topic whose metadata error waiting will not clear (not authorized).
+    """
+    waiting = dict(counts)
+    attempt = 0
+    while waiting and not deadline.expired:
+        try:
+            response = await metadata(core, sorted(waiting), deadline)
+        except KayakError as exc:
+            log.debug("not waiting for %s to show in metadata: %s", sorted(waiting), exc)
+            return
+        for topic in response.topics:
+            if topic.name in waiting and _shows(topic, waiting[topic.name]):
+                del waiting[topic.name]
+        if waiting:
+            await core.pause(attempt, deadline)
+            attempt += 1
+    if waiting:
+        log.debug("%s not in the broker's metadata yet", sorted(waiting))
+
+
+def _shows(topic: MetadataResponseTopic, count: int) -> bool:
+    """True if ``topic`` is there with ``count`` partitions (or an error waiting won't fix)."""
+    if topic.error_code:
+        return topic.error_code not in _NOT_YET
+    led = [p for p in topic.partitions if p.leader_id >= 0 and p.error_code not in _NOT_YET]
+    return len(led) == len(topic.partitions) and len(led) >= max(count, 1)
 
 
 async def _send_create_topics(
@@ -189,7 +239,7 @@ async def _send_delete_topics(
 async def create_partitions(
     core: AdminCore, totals: Mapping[str, int], validate_only: bool, deadline: Deadline
 ) -> Outcome[str, None]:
-    return await core.run(
+    outcome: Outcome[str, None] = await core.run(
         totals,
         route=partial(_to_controller, core, deadline=deadline),
         send=partial(_send_create_partitions, core, totals, validate_only),
@@ -197,6 +247,10 @@ async def create_partitions(
         deadline=deadline,
         what="create partitions",
     )
+    if not validate_only:
+        grown = {name: totals[name] for name, error in outcome.items() if error is None}
+        await await_partitions(core, grown, deadline)
+    return outcome
 
 
 async def _send_create_partitions(

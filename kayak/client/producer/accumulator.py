@@ -360,6 +360,13 @@ class RecordAccumulator:
 def _may_send_idempotent(queue: PartitionQueue, batch: ProducerBatch) -> bool:
     if queue.in_flight >= MAX_IN_FLIGHT_PER_PARTITION:
         return False
+    if queue.in_flight and queue.last_acked_sequence < 0:
+        # Until the broker has stored a batch of this epoch it has no sequence to check ours
+        # against and takes any (Kafka: its state may have expired). Were the first batch
+        # refused for a moment (a leader not ready yet) while later ones were in flight,
+        # those would be stored first and its retry refused as out of order for good: the
+        # first batch goes alone.
+        return False
     # A batch that was sent before goes again only when nothing else of its partition is in
     # flight: then it reaches the broker before the batches that followed it.
     return not (batch.attempts and queue.in_flight)

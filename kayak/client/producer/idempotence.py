@@ -11,6 +11,8 @@ original offsets. The producer's side of the bargain, kept here:
 - at most five batches in flight per partition (the broker remembers the last five), and a
   retried batch goes out only when nothing else of its partition is in flight, so it lands
   before the batches that followed it;
+- a partition's first batch of an epoch goes alone: a broker that has stored nothing of ours
+  takes any sequence, so batches behind a refused first one would be stored before it;
 - when the broker has lost track of us (UNKNOWN_PRODUCER_ID), or a batch's sequence can no
   longer be filled in (a sequenced batch failed for good, or the broker refuses the batch we
   expect to come next), the epoch is bumped (KIP-360): sending pauses until nothing is in

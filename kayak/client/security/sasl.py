@@ -7,12 +7,18 @@ it knows the credential) are the ``ScramClient``'s; a failed check fails the con
 
 ``authenticate`` returns the session lifetime the broker granted (SaslAuthenticate v1+,
 KIP-368; 0 when none): the connection re-authenticates before it runs out.
+
+A refusal that says when to retry ("... retry in 2s": a broker that did not check the
+credentials because too many logins from our address are in line) raises
+:class:`SaslLoginThrottledError`, which the connection retries within its timeout; any other
+refusal (a wrong password) is final.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -29,12 +35,23 @@ from kayak.protocol import Message
 from kayak.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from kayak.protocol.sasl import ScramClient, encode_oauthbearer, encode_plain, unsecured_token
 
-__all__ = ["SaslChannel", "authenticate", "fetch_token"]
+__all__ = ["SaslChannel", "SaslLoginThrottledError", "authenticate", "fetch_token"]
 
 log = logging.getLogger(__name__)
 
 _HANDSHAKE_VERSION = 1  # v1: the mechanism's messages travel in SaslAuthenticate requests
 _UNSECURED_LIFETIME_MS = 3_600_000  # Kafka's unsecured login default
+# How a broker that refused to check a login for now says when to try again.
+_RETRY_IN = re.compile(r"\bretry in (\d{1,6}(?:\.\d{1,3})?) ?s\b")
+
+
+class SaslLoginThrottledError(SaslAuthenticationFailedError):
+    """The broker did not check the credentials this time (too many logins from this address
+    in line) and said when to try again: ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class SaslChannel(Protocol):
@@ -181,9 +198,7 @@ async def authenticate(channel: SaslChannel, settings: SaslSettings) -> int:
                 SaslAuthenticateRequest(auth_bytes=message), auth_version
             )
             if response.error_code:
-                cls = error_for_code(response.error_code)
-                detail = response.error_message or cls.default_message
-                raise cls(f"broker {broker} refused {mechanism} authentication{who}: {detail}")
+                raise _refusal(response.error_code, response.error_message, broker, mechanism, who)
             lifetime_ms = response.session_lifetime_ms
             message = exchange.next(response.auth_bytes)
     except SaslAuthenticationFailedError as exc:
@@ -196,6 +211,18 @@ async def authenticate(channel: SaslChannel, settings: SaslSettings) -> int:
         "authenticated with broker %s by %s%s (session %d ms)", broker, mechanism, who, lifetime_ms
     )
     return max(lifetime_ms, 0)
+
+
+def _refusal(
+    code: int, error_message: str | None, broker: str, mechanism: str, who: str
+) -> KayakError:
+    cls = error_for_code(code)
+    detail = error_message or cls.default_message
+    message = f"broker {broker} refused {mechanism} authentication{who}: {detail}"
+    retry_in = _RETRY_IN.search(detail) if cls is SaslAuthenticationFailedError else None
+    if retry_in is not None:
+        return SaslLoginThrottledError(message, float(retry_in.group(1)))
+    return cls(message)
 
 
 def _handshake_error(code: int, broker: str, mechanism: str, enabled: list[str]) -> KayakError:

@@ -105,4 +105,24 @@ def tls_failure(exc: BaseException, host: str, port: int) -> SslAuthenticationEr
             f"{where}: the broker requires a client certificate (set "
             "ssl.certificate.location and ssl.key.location)"
         )
+    if any(alert in str(reason).upper() for alert in _CLIENT_CERTIFICATE_ALERTS):
+        return SslAuthenticationError(
+            f"{where}: {exc}; the broker refused our client certificate, or its absence (set "
+            "ssl.certificate.location and ssl.key.location to a certificate signed by a CA "
+            "the broker trusts)"
+        )
     return SslAuthenticationError(f"{where}: {exc}")
+
+
+# Alerts a broker sends in the handshake about the certificate we gave it, or did not (our
+# own check of its certificate fails as SSLCertVerificationError instead). OpenSSL brokers
+# send unknown_ca for an untrusted one; Java's (Apache Kafka) bad_certificate for a missing
+# one and certificate_unknown for an untrusted one.
+_CLIENT_CERTIFICATE_ALERTS = (
+    "ALERT_BAD_CERTIFICATE",
+    "ALERT_CERTIFICATE_UNKNOWN",
+    "ALERT_UNKNOWN_CA",
+    "ALERT_UNSUPPORTED_CERTIFICATE",
+    "ALERT_CERTIFICATE_EXPIRED",
+    "ALERT_CERTIFICATE_REVOKED",
+)
