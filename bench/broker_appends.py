@@ -16,14 +16,23 @@ Peers, all in the same run, taking turns inside each run so that noise hits them
   and an *empty server* (``bench/empty_server.py``: the broker's framing on uvloop answering
   every request with a canned response, no decoding, storage or fsync), whose CPU per request
   is the floor that the event loop and socket system calls set at each connection count;
+* Apache Kafka (bench/kafka_peer.py: single-node KRaft, default configuration, 1 GiB heap),
+  with its default (acknowledged appends are in the page cache; the OS writes them later) and
+  with ``log.flush.interval.messages=1`` (an fsync after every append, before the answer:
+  Kafka's only way to sync before it acknowledges); the same client, on the same load;
 * optionally (``--tansu``) Tansu with in-memory storage: not durable, for context only.
 
 Targets: group at 128 connections >= 0.8x group at 1 connection, and >= 10x always; broker
-CPU per request <= 20 us (printed beside the empty server's floor at the same point).
+CPU per request <= 20 us (printed beside the empty server's floor at the same point). Every
+broker's CPU per request is utime + stime of its server process over the measured second(s),
+from /proc; kayak / Kafka ratios are medians of within-run ratios. Every broker (not the empty
+server) gets ``kafka_peer.warm_up``'s short produce-and-consume load when it starts.
 The client is kayak's sans-I/O protocol layer over asyncio streams on uvloop, in this process.
 
 Run: ``python bench/broker_appends.py`` (default: 5 runs x 8 connection counts x 3 modes,
-1 s per point, about 3 minutes), ``--quick`` for a smoke test, ``--markdown`` for README.
+1 s per point), ``--quick`` for a smoke test, ``--markdown`` for README; ``--connections
+1,128`` for the two ends only; ``--brokers kayak,kafka,tansu`` (kayak: its three modes and the
+empty server; kafka: both of Kafka's settings).
 """
 
 from __future__ import annotations
@@ -36,12 +45,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafka_peer import (
+    FLUSH_EVERY_MESSAGE,
+    KAFKA,
+    KAYAK,
+    TANSU,
+    parse_brokers,
+    start_apache_kafka,
+    warm_up,
+)
 from peers import (
     BrokerProcess,
     PipelinedClient,
     Table,
     add_plot_option,
-    cpu_seconds,
     create_topic,
     fdatasync_rate,
     high_watermark,
@@ -57,6 +74,7 @@ from peers import (
     start_tansu,
     times,
 )
+from usage import server_cpu_seconds
 
 from kayak.protocol.messages.produce_request import (
     PartitionProduceData,
@@ -69,8 +87,10 @@ from kayak.protocol.records import build_record_batch
 TOPIC = "appends"
 PRODUCE_VERSION = 9
 MODES = ("group", "always", "never")
-TANSU = "tansu"
+TANSU_PEER = "tansu"
 EMPTY = "empty"
+KAFKA_PEER, KAFKA_FSYNC = "kafka", "kafka-fsync"
+KAFKA_MODES = (KAFKA_PEER, KAFKA_FSYNC)
 
 
 @dataclass(frozen=True)
@@ -81,12 +101,19 @@ class Settings:
     warmup: float
     seconds: float
     runs: int
-    tansu: bool
+    brokers: tuple[str, ...]
     data_root: Path
 
     @property
     def peers(self) -> tuple[str, ...]:
-        return (*MODES, EMPTY, TANSU) if self.tansu else (*MODES, EMPTY)
+        peers: tuple[str, ...] = (*MODES, EMPTY) if KAYAK in self.brokers else ()
+        if KAFKA in self.brokers:
+            peers += KAFKA_MODES
+        return (*peers, TANSU_PEER) if TANSU in self.brokers else peers
+
+    @property
+    def kafka(self) -> bool:
+        return KAFKA in self.brokers
 
 
 @dataclass
@@ -150,10 +177,10 @@ async def appends_per_second(
         loop.create_task(producer(clients[i % connections])) for i in range(settings.producers)
     ]
     await asyncio.sleep(settings.warmup)
-    start_count, start, start_cpu = done[0], time.perf_counter(), cpu_seconds(broker.pid)
+    start_count, start, start_cpu = done[0], time.perf_counter(), server_cpu_seconds(broker.pid)
     await asyncio.sleep(settings.seconds)
     count, elapsed = done[0] - start_count, time.perf_counter() - start
-    cores = (cpu_seconds(broker.pid) - start_cpu) / elapsed
+    cores = (server_cpu_seconds(broker.pid) - start_cpu) / elapsed
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     for client in clients:
         await client.close()
@@ -164,26 +191,32 @@ async def appends_per_second(
 
 
 def measure_peer(peer: str, settings: Settings, samples: Samples) -> None:
-    if peer == TANSU:
+    broker: BrokerProcess
+    if peer == TANSU_PEER:
         broker = start_tansu(settings.data_root)
+    elif peer == KAFKA_PEER:
+        broker = start_apache_kafka(settings.data_root)
+    elif peer == KAFKA_FSYNC:
+        broker = start_apache_kafka(settings.data_root, FLUSH_EVERY_MESSAGE, "Kafka (fsync)")
     elif peer == EMPTY:
         broker = start_empty_server(settings.data_root, TOPIC)
     else:
         broker = start_kayak(settings.data_root, peer)
     with broker:
         if peer != EMPTY:  # the empty server answers Produce only
+            warm_up(broker)
             create_topic(broker.bootstrap, TOPIC)
         for connections in settings.connections:
             rate, cores = run_async(appends_per_second(broker, connections, settings))
             samples.add(peer, connections, rate, cores)
             print(
-                f"  {peer:>6} {connections:>4} connections: {rate:>9,.0f} appends/s, "
-                f"broker CPU {cores:.2f} cores",
+                f"  {peer:>11} {connections:>4} connections: {rate:>9,.0f} appends/s, "
+                f"broker CPU {cores:.2f} cores, {cores / rate * 1e6 if rate else 0:.0f} µs/request",
                 flush=True,
             )
         if peer != EMPTY:
             appended = high_watermark(broker.bootstrap, TOPIC)
-            print(f"  {peer:>6} log end offset after the run: {appended:,}", flush=True)
+            print(f"  {peer:>11} log end offset after the run: {appended:,}", flush=True)
 
 
 def run_once(run: int, settings: Settings, samples: Samples) -> None:
@@ -202,36 +235,68 @@ def run_once(run: int, settings: Settings, samples: Samples) -> None:
 
 
 def results_table(settings: Settings, samples: Samples) -> Table:
-    columns = ["connections", "group", "always", "never"]
-    if settings.tansu:
-        columns.append("Tansu (memory, not durable)")
-    columns += [
-        "group / always", "group / group@1", "group / fdatasync", "group broker CPU",
-        "broker CPU µs / request (group, never)", "empty server µs / request (floor)",
-    ]  # fmt: skip
+    kayak, kafka, tansu = KAYAK in settings.brokers, settings.kafka, TANSU in settings.brokers
+    columns = ["connections"]
+    columns += ["group", "always", "never"] if kayak else []
+    columns += ["Apache Kafka", "Apache Kafka, flush every message"] if kafka else []
+    columns += ["Tansu (memory, not durable)"] if tansu else []
+    if kayak:
+        columns += [
+            "group / always",
+            "group / group@1",
+            "group / fdatasync",
+            "group broker CPU",
+            "broker CPU µs / request (group, never)",
+            "empty server µs / request (floor)",
+        ]
+    if kayak and kafka:
+        columns += [
+            "group / Kafka",
+            "group / Kafka, flush every message",
+            "always / Kafka, flush every message",
+        ]
+    if kafka:
+        columns += ["Kafka broker CPU µs / request (default, flush every message)"]
     table = Table(columns)
     first = settings.connections[0]
     for connections in settings.connections:
+        rates = {peer: samples.rates.get((peer, connections), []) for peer in settings.peers}
         cells: list[object] = [str(connections)]
-        cells += [samples.median(mode, connections) for mode in MODES]
-        if settings.tansu:
-            cells.append(samples.median(TANSU, connections))
-        group = samples.rates.get(("group", connections), [])
-        cells += [
-            times(paired_ratio(group, samples.rates.get(("always", connections), []))),
-            times(paired_ratio(group, samples.rates.get(("group", first), []))),
-            times(paired_ratio(group, samples.fdatasync)),
-            f"{median(samples.cpu.get(('group', connections), [])):.2f} cores",
-            f"{samples.cpu_per_request('group', connections):.0f}, "
-            f"{samples.cpu_per_request('never', connections):.0f}",
-            f"{samples.cpu_per_request(EMPTY, connections):.1f}",
+        peers = [
+            *(MODES if kayak else ()),
+            *(KAFKA_MODES if kafka else ()),
+            *((TANSU_PEER,) if tansu else ()),
         ]
+        cells += [samples.median(peer, connections) for peer in peers]
+        if kayak:
+            cells += [
+                times(paired_ratio(rates["group"], rates["always"])),
+                times(paired_ratio(rates["group"], samples.rates.get(("group", first), []))),
+                times(paired_ratio(rates["group"], samples.fdatasync)),
+                f"{median(samples.cpu.get(('group', connections), [])):.2f} cores",
+                f"{samples.cpu_per_request('group', connections):.0f}, "
+                f"{samples.cpu_per_request('never', connections):.0f}",
+                f"{samples.cpu_per_request(EMPTY, connections):.1f}",
+            ]
+        if kayak and kafka:
+            cells += [
+                times(paired_ratio(rates["group"], rates[KAFKA_PEER])),
+                times(paired_ratio(rates["group"], rates[KAFKA_FSYNC])),
+                times(paired_ratio(rates["always"], rates[KAFKA_FSYNC])),
+            ]
+        if kafka:
+            cells.append(
+                f"{samples.cpu_per_request(KAFKA_PEER, connections):.0f}, "
+                f"{samples.cpu_per_request(KAFKA_FSYNC, connections):.0f}"
+            )
         table.add(*cells)
     return table
 
 
 def verdicts(settings: Settings, samples: Samples) -> list[str]:
     """The issue's targets, each as the median over runs of a ratio taken within the run."""
+    if KAYAK not in settings.brokers:
+        return []
     first, last = settings.connections[0], settings.connections[-1]
     group_last = samples.rates.get(("group", last), [])
     flat = paired_ratio(group_last, samples.rates.get(("group", first), []))
@@ -292,6 +357,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
         default="1,2,4,8,16,32,64,128",
         help="comma-separated connection counts",
     )
+    parser.add_argument("--brokers", default="kayak,kafka", help="kayak,kafka,tansu")
     parser.add_argument("--tansu", action="store_true", help="add Tansu (in-memory) for context")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -308,7 +374,7 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
         warmup=args.warmup,
         seconds=args.seconds,
         runs=args.runs,
-        tansu=args.tansu,
+        brokers=parse_brokers(args.brokers + (",tansu" if args.tansu else "")),
         data_root=args.data_root,
     )
     return settings, args.markdown, args.plot

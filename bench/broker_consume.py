@@ -1,4 +1,4 @@
-"""One consumer, one partition: MiB/s of reading a whole partition, against the machine's limit.
+"""One consumer, one partition: MiB/s of reading a whole partition: kayak, Apache Kafka, the limit.
 
 One partition is filled with ``--size`` (default 2 GiB) of ~1 KiB records, in batches of
 1,000 records (about 1 MB, librdkafka's default ``batch.size``), produced through kayak's
@@ -7,11 +7,15 @@ protocol layer; then, in the same run and taking turns:
 * machine limit: ``os.sendfile`` of a file of the same size (in the page cache) into a
   loopback TCP socket, read with ``recv_into`` into one preallocated 4 MiB buffer. That is
   the most a broker that serves fetches with sendfile could hand a Python reader here;
-* confluent-kafka (librdkafka) reading everything, against kayak's broker and against Tansu.
+* confluent-kafka (librdkafka) reading everything, against kayak's broker, Apache Kafka
+  (bench/kafka_peer.py: single-node KRaft, default configuration, 1 GiB heap) and Tansu.
   Tuned for one big partition: ``fetch.max.bytes`` = ``max.partition.fetch.bytes`` =
   ``--fetch-bytes`` (8 MiB), ``queued.max.messages.kbytes`` = 1 GiB, ``queued.min.messages``
   = 1,000,000, ``fetch.wait.max.ms`` = 10, ``consume()`` batches of 10,000 and only
   ``len(msg)`` per message in Python;
+* Kafka's own ``ConsumerPerformance`` (the Java consumer in its own JVM, subscribed with a
+  fresh group; ``--fetch-size`` and ``fetch.max.bytes`` = ``--fetch-bytes``) against kayak
+  and Apache Kafka; its time is the one it prints for fetching (the group join excluded);
 * a pipelined fetch loop on kayak's sans-I/O protocol layer (uvloop ``BufferedProtocol``):
   up to ``--depth`` (4) Fetch v12 requests of ``--fetch-bytes`` in flight, each response
   received straight into a buffer of its announced size and decoded in place
@@ -24,10 +28,15 @@ protocol layer; then, in the same run and taking turns:
 
 Every rate is the partition's log bytes (record batches as stored) over the wall time to
 read them all. Target: kayak's pipelined loop against kayak's broker >= 50% of the limit.
-Tansu runs with in-memory storage (not durable).
+Tansu runs with in-memory storage (not durable). Every broker gets ``kafka_peer.warm_up``'s
+short produce-and-consume load before it is filled. Beside every rate: the broker's CPU per
+record read (µs: utime + stime of the server process over the read, from /proc; for
+ConsumerPerformance over the tool's whole life, its JVM start and group join included) and,
+on kayak's rows, kayak / Kafka for the same reader (median of within-run ratios).
 
 Run: ``python bench/broker_consume.py`` (default: 2 GiB, 5 runs, about 3 minutes),
-``--quick`` (64 MiB, 1 run), ``--markdown`` for README; ``--size``, ``--runs``, ``--depth``,
+``--quick`` (64 MiB, 1 run), ``--markdown`` for README; ``--brokers kayak,kafka,tansu``,
+``--no-perf`` (no ConsumerPerformance rows); ``--size``, ``--runs``, ``--depth``,
 ``--fetch-bytes`` to change the load.
 """
 
@@ -48,6 +57,8 @@ from pathlib import Path
 from typing import cast
 
 import confluent_kafka
+from kafka_peer import KAFKA, KAYAK, TANSU, parse_brokers, parse_consumer_performance, run_tool
+from kafka_peer import start_broker as start_named_broker
 from peers import (
     BrokerProcess,
     MiB,
@@ -67,10 +78,9 @@ from peers import (
     sendfile_loopback_rate,
     split_bootstrap,
     spread,
-    start_kayak,
-    start_tansu,
     times,
 )
+from usage import per_operation_us, server_cpu_seconds
 
 from kayak.protocol import ClientConnection
 from kayak.protocol.message import Message
@@ -92,6 +102,7 @@ DISTINCT_BATCHES = 16
 RECV_BUFFER = 4 * MiB  # the machine limit's recv_into buffer
 SMALL_READ = 64 * 1024  # the kayak loop's reads between frames
 LIMIT = "machine limit (sendfile -> loopback -> recv_into)"
+CONFLUENT, PERF = "confluent-kafka", "ConsumerPerformance"
 
 
 @dataclass(frozen=True)
@@ -102,17 +113,22 @@ class Settings:
     fetch_bytes: int
     depth: int
     runs: int
-    tansu: bool
+    brokers: tuple[str, ...]
+    perf: bool  # ConsumerPerformance rows
     data_root: Path
     timeout: float
 
     def rows(self) -> list[str]:
-        rows = [LIMIT, "confluent-kafka -> kayak"]
-        if self.tansu:
-            rows.append("confluent-kafka -> Tansu")
-        rows += ["kayak loop, depth 1 -> kayak", f"kayak loop, depth {self.depth} -> kayak"]
-        if self.tansu:
-            rows.append(f"kayak loop, depth {self.depth} -> Tansu")
+        others = [b for b in self.brokers if b != KAYAK]
+        rows = [LIMIT, *(f"{CONFLUENT} -> {b}" for b in self.brokers)]
+        if self.perf:
+            rows += [f"{PERF} -> {b}" for b in self.brokers if b in (KAYAK, KAFKA)]
+        if KAYAK in self.brokers:
+            rows += [
+                f"kayak loop, depth 1 -> {KAYAK}",
+                f"kayak loop, depth {self.depth} -> {KAYAK}",
+            ]
+        rows += [f"kayak loop, depth {self.depth} -> {b}" for b in others]
         return rows
 
 
@@ -131,10 +147,12 @@ class Log:
 
 @dataclass
 class Samples:
-    rates: dict[str, list[float]] = field(default_factory=dict)
+    rates: dict[str, list[float]] = field(default_factory=dict)  # MiB/s
+    cpu_us: dict[str, list[float]] = field(default_factory=dict)  # broker CPU µs per record
 
-    def add(self, row: str, bytes_per_second: float) -> None:
+    def add(self, row: str, bytes_per_second: float, cpu_us: float = float("nan")) -> None:
         self.rates.setdefault(row, []).append(bytes_per_second / MiB)
+        self.cpu_us.setdefault(row, []).append(cpu_us)
 
     def median(self, row: str) -> float:
         return median(self.rates.get(row, []))
@@ -172,6 +190,23 @@ async def fill(bootstrap: str, log: Log) -> None:
     await client.close()
 
 
+def perf_read(bootstrap: str, log: Log, settings: Settings) -> float:
+    """Bytes/second of ConsumerPerformance reading every record (its fetch time: after the
+    group join), with a fresh group that starts from the earliest offset."""
+    args = [
+        "--bootstrap-server", bootstrap, "--topic", TOPIC, "--num-records", str(log.records),
+        "--group", f"bench-{uuid.uuid4()}", "--fetch-size", str(settings.fetch_bytes),
+        "--timeout", str(int(settings.timeout * 1000)), "--hide-header",
+        "--reporting-interval", str(int(settings.timeout * 1000)),
+        "--command-property", f"fetch.max.bytes={settings.fetch_bytes}",
+    ]  # fmt: skip
+    done = run_tool("kafka-consumer-perf-test", args, None, timeout=settings.timeout + 120)
+    summary = parse_consumer_performance(done.stdout)
+    if summary.records < log.records:
+        raise RuntimeError(f"{PERF} read {summary.records} of {log.records} records")
+    return log.log_bytes / summary.fetch_seconds
+
+
 def _check_produced(done: set[asyncio.Future[Message]]) -> None:
     for future in done:
         response = future.result()
@@ -182,7 +217,7 @@ def _check_produced(done: set[asyncio.Future[Message]]) -> None:
 
 
 def start_filled(name: str, settings: Settings, log: Log) -> BrokerProcess:
-    broker = start_tansu(settings.data_root) if name == "Tansu" else start_kayak(settings.data_root)
+    broker = start_named_broker(name, settings.data_root)
     try:
         create_topic(broker.bootstrap, TOPIC)
         started = time.perf_counter()
@@ -441,24 +476,37 @@ def kayak_loop(depth: int) -> Callable[[str, Log, Settings], float]:
 def measure_all(
     settings: Settings, log: Log, brokers: dict[str, BrokerProcess], limit_file: Path
 ) -> Samples:
-    """Every reader once per run, in an order rotated between runs."""
-    readers: list[tuple[str, Callable[[], float]]] = [
-        (LIMIT, lambda: sendfile_loopback_rate(limit_file, RECV_BUFFER))
+    """Every reader once per run, in an order rotated between runs; the broker's CPU over
+    each read."""
+    readers: list[tuple[str, Callable[[], float], int | None]] = [
+        (LIMIT, lambda: sendfile_loopback_rate(limit_file, RECV_BUFFER), None)
     ]
     for row in settings.rows()[1:]:
         client, _, target = row.rpartition(" -> ")
-        read = confluent_read if client == "confluent-kafka" else kayak_loop(_depth(client))
-        bootstrap = brokers[target].bootstrap
-        readers.append((row, functools.partial(read, bootstrap, log, settings)))
+        read = _reader(client)
+        broker = brokers[target]
+        readers.append((row, functools.partial(read, broker.bootstrap, log, settings), broker.pid))
     samples = Samples()
     for run in range(settings.runs):
         print(f"run {run + 1}/{settings.runs}", flush=True)
         shift = run % len(readers)
-        for row, measure in readers[shift:] + readers[:shift]:
+        for row, measure, pid in readers[shift:] + readers[:shift]:
+            cpu_before = server_cpu_seconds(pid) if pid else float("nan")
             rate = measure()
-            samples.add(row, rate)
-            print(f"  {row:<52} {rate / MiB:>8,.0f} MiB/s", flush=True)
+            cpu = server_cpu_seconds(pid) - cpu_before if pid else float("nan")
+            cpu_us = per_operation_us(cpu, log.records)
+            samples.add(row, rate, cpu_us)
+            print(f"  {row:<52} {rate / MiB:>8,.0f} MiB/s, broker CPU {human(cpu_us)} µs/record",
+                  flush=True)  # fmt: skip
     return samples
+
+
+def _reader(client: str) -> Callable[[str, Log, Settings], float]:
+    if client == CONFLUENT:
+        return confluent_read
+    if client == PERF:
+        return perf_read
+    return kayak_loop(_depth(client))
 
 
 def _depth(client: str) -> int:
@@ -477,15 +525,29 @@ def write_limit_file(log: Log, directory: Path) -> Path:
 # -- report --------------------------------------------------------------------------------
 
 
+def results_table(settings: Settings, samples: Samples) -> Table:
+    """Medians; shares of the limit and kayak / Kafka as medians of within-run ratios."""
+    limit = samples.rates.get(LIMIT, [])
+    table = Table(["reader -> broker", "MiB/s", "runs (min-max)", "of machine limit",
+                   "broker CPU µs/record", "kayak / Kafka"])  # fmt: skip
+    for row in settings.rows():
+        rates = samples.rates.get(row, [])
+        client, _, target = row.rpartition(" -> ")
+        versus = ""
+        if target == KAYAK and f"{client} -> {KAFKA}" in settings.rows():
+            versus = times(paired_ratio(rates, samples.rates.get(f"{client} -> {KAFKA}", [])))
+        cpu = median(samples.cpu_us.get(row, []))
+        table.add(row, median(rates), spread(rates), percent(paired_ratio(rates, limit)),
+                  human(cpu) if cpu == cpu else "-", versus)  # fmt: skip
+    return table
+
+
 def report(
     settings: Settings, log: Log, samples: Samples, markdown: bool, plot: Path | None = None
 ) -> None:
     """Medians, and shares of the limit as medians of within-run ratios (noise cancels)."""
     limit = samples.rates.get(LIMIT, [])
-    table = Table(["reader -> broker", "MiB/s", "runs (min-max)", "of machine limit"])
-    for row in settings.rows():
-        rates = samples.rates.get(row, [])
-        table.add(row, median(rates), spread(rates), percent(paired_ratio(rates, limit)))
+    table = results_table(settings, samples)
     print()
     print(
         f"one partition, {log.log_bytes / MiB:,.0f} MiB of log ({log.records:,} records of "
@@ -501,11 +563,12 @@ def report(
     share = paired_ratio(samples.rates.get(best, []), limit)
     verdict = "met" if share >= 0.5 else "MISSED"
     print(f"{best}: {share:.0%} of the machine limit (target >= 50%): {verdict}")
-    if settings.tansu:
-        for client in ("confluent-kafka", f"kayak loop, depth {settings.depth}"):
-            mine = samples.rates.get(f"{client} -> kayak", [])
-            theirs = samples.rates.get(f"{client} -> Tansu", [])
-            print(f"{client}: kayak / Tansu = {times(paired_ratio(mine, theirs))}")
+    for peer in (b for b in settings.brokers if b != KAYAK):
+        for client in (CONFLUENT, PERF, f"kayak loop, depth {settings.depth}"):
+            mine = samples.rates.get(f"{client} -> {KAYAK}", [])
+            theirs = samples.rates.get(f"{client} -> {peer}", [])
+            if mine and theirs:
+                print(f"{client}: kayak / {peer} = {times(paired_ratio(mine, theirs))}")
     print(
         "all rates (MiB/s, run by run): "
         + "; ".join(
@@ -524,7 +587,9 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser.add_argument("--batch-records", type=int, default=1000, help="records per batch")
     parser.add_argument("--fetch-bytes", type=int, default=8, help="MiB per fetch response")
     parser.add_argument("--depth", type=int, default=4, help="fetches in flight, kayak loop")
+    parser.add_argument("--brokers", default="kayak,kafka,tansu", help="kayak,kafka,tansu")
     parser.add_argument("--no-tansu", action="store_true", help="skip the Tansu rows")
+    parser.add_argument("--no-perf", action="store_true", help="skip ConsumerPerformance")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per reader, at most")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -539,7 +604,8 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
         fetch_bytes=args.fetch_bytes * MiB,
         depth=args.depth,
         runs=args.runs,
-        tansu=not args.no_tansu,
+        brokers=tuple(b for b in parse_brokers(args.brokers) if not (args.no_tansu and b == TANSU)),
+        perf=not args.no_perf,
         data_root=args.data_root,
         timeout=args.timeout,
     )
@@ -552,9 +618,8 @@ def main(argv: list[str]) -> None:
     scratch = scratch_dir(settings.data_root, "consume-limit-")
     brokers: dict[str, BrokerProcess] = {}
     try:
-        brokers["kayak"] = start_filled("kayak", settings, log)
-        if settings.tansu:
-            brokers["Tansu"] = start_filled("Tansu", settings, log)
+        for name in settings.brokers:
+            brokers[name] = start_filled(name, settings, log)
         samples = measure_all(settings, log, brokers, write_limit_file(log, scratch))
     finally:
         for broker in brokers.values():

@@ -1,9 +1,9 @@
-"""End-to-end latency: a paced confluent-kafka producer and one consumer, kayak's broker vs Tansu.
+"""End-to-end latency, paced producer to one consumer: kayak vs Apache Kafka (and Tansu).
 
 One producer (confluent-kafka 2.x, librdkafka) sends 100 B values (``--size``) to a fresh
-one-partition topic at a fixed rate (``--rate``, default 10,000 msg/s; a list such as
-``1000,10000`` measures each) for ``--warmup`` + ``--seconds`` seconds (2 + 20), with
-``linger.ms=0`` and ``acks=all`` (no idempotence, no compression): with no lingering,
+one-partition topic at a fixed rate (``--rate``, default ``1000,10000``: each measured) for
+``--warmup`` + ``--seconds`` seconds (2 + 20), with ``acks=all`` (no idempotence, no
+compression) and each ``linger.ms`` of ``--linger-ms`` (default ``0,5``): with no lingering,
 librdkafka sends whatever is queued when its thread wakes, a few records per request. One
 consumer reads the same partition from its end (offset 0 of the fresh topic), confluent-kafka
 by default (``--consumers confluent,kayak`` adds kayak's own consumer as a second row, on its
@@ -24,25 +24,37 @@ never ahead of the schedule), and polls librdkafka after every burst. The consum
 it has seen every acknowledged message, or ``--drain`` seconds after the producer's last
 ``produce()`` (then the missing ones are reported).
 
-Brokers (both started afresh for each run, taking turns at every point):
+Brokers (all started afresh for each run, taking turns at every point; ``--brokers``):
 
 * kayak's (``python -m kayak broker``, fresh data directory on --data-root) with
   ``--flush group`` (the default): every acknowledged batch has been fdatasync'ed;
+* Apache Kafka (bench/kafka_peer.py: single-node KRaft, its default configuration, 1 GiB
+  heap): acknowledged batches are in the page cache (Kafka's default);
 * Tansu with in-memory storage: nothing is durable.
+
+Every broker gets ``kafka_peer.warm_up``'s short produce-and-consume load when it starts, so
+that the first point does not measure a JVM compiling its code.
+
+Then, on the same brokers, Kafka's own ``EndToEndLatency`` tool (``--tool-records``, 5,000,
+one record at a time: send, wait until its consumer has it, send the next; acks=all,
+``--size`` B) against kayak and Apache Kafka: a second table of its average and percentiles
+(whole milliseconds, as it prints them).
 
 Printed per broker: the achieved produce rate, consumed vs produced (any missing), end-to-end
 latency p50/p90/p99/p99.9/max in ms (a message never received counts as infinitely late), the
 producer's own produce() -> acknowledgement latency (p50/p99: where a backlog sits), the
 broker's CPU (cores, from /proc/PID/stat) and the time its threads waited for a CPU (from
 /proc/PID/task/*/schedstat: how much the machine's other load held it back), its CPU per
-produce request it answered (µs; its fetch work included, so an upper bound) and the records
-per request (request and response counts from librdkafka's statistics), all over the
-measured window; medians over ``--runs`` runs, and kayak / Tansu for p99 (median of
-within-run ratios).
+produce request it answered (µs; its fetch work included, so an upper bound) and per
+message (utime + stime of the server process over the window / messages sent in it), and the
+records per request (request and response counts from librdkafka's statistics), all over the
+measured window; medians over ``--runs`` runs, and kayak / Kafka and kayak / Tansu for p99
+(medians of within-run ratios).
 
-Run: ``python bench/e2e_latency.py`` (3 runs at 10,000 msg/s, about 3 minutes),
-``--quick`` for a smoke test, ``--markdown`` for README; ``--rate 1000,10000``,
-``--seconds``, ``--runs``, ``--consumers``, ``--brokers kayak`` (no Tansu);
+Run: ``python bench/e2e_latency.py`` (3 runs x 2 rates x 2 lingers x 3 brokers, about 20
+minutes), ``--quick`` for a smoke test, ``--markdown`` for README; ``--rate``,
+``--linger-ms``, ``--seconds``, ``--runs``, ``--consumers``, ``--brokers kayak,kafka,tansu``,
+``--tool-records 0`` (no EndToEndLatency);
 ``--producer-config KEY=VALUE`` (repeatable) adds a librdkafka producer setting to both
 brokers' runs (e.g. ``max.in.flight.requests.per.connection=5``); ``--py-spy FILE`` records
 kayak's broker with py-spy over its first measured window at the highest rate (``.svg`` flame
@@ -53,10 +65,8 @@ from __future__ import annotations
 
 import argparse
 import array
-import json
 import multiprocessing
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -64,7 +74,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -72,34 +81,34 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import confluent_kafka
+from e2e_clients import CONSUMERS, HEADER, Load, consume, percentiles, produce
+from kafka_peer import (
+    KAFKA,
+    KAYAK,
+    TANSU,
+    end_to_end_latency_args,
+    parse_brokers,
+    parse_end_to_end_latency,
+    run_tool,
+    start_broker,
+)
 from peers import (
     REPO,
     BrokerProcess,
     Table,
     add_plot_option,
-    cpu_seconds,
     create_topic,
     human,
     machine_notes,
     median,
     paired_ratio,
     plot_table,
-    run_async,
     spread,
-    start_kayak,
-    start_tansu,
     times,
 )
+from usage import per_operation_us, server_cpu_seconds
 
-KAYAK = "kayak"
-TANSU = "Tansu"
-CONSUMERS = ("confluent", "kayak")
-HEADER = struct.Struct("<qqB")  # sequence number, send time (monotonic ns), warm-up flag
-STATS_INTERVAL_MS = 500
-POLL_RECORDS = 10_000
 START_TIMEOUT = 60.0
-NS_PER_MS = 1_000_000
-PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p99.9", 0.999))
 
 
 @dataclass(frozen=True)
@@ -116,273 +125,11 @@ class Settings:
     py_spy: Path | None
     producer_config: tuple[tuple[str, str], ...]  # --producer-config overrides
     flush: str = "group"  # kayak's --flush
+    lingers: tuple[int, ...] = (0,)  # linger.ms, each measured
+    tool_records: int = 0  # EndToEndLatency's records per broker and run (0: not run)
 
-
-@dataclass(frozen=True)
-class Load:
-    """What one producer sends: ``rate`` msg/s for ``warmup`` + ``seconds`` seconds."""
-
-    rate: int
-    seconds: float
-    warmup: float
-    size: int
-    producer_config: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def planned(self) -> int:
-        return round(self.rate * (self.warmup + self.seconds))
-
-    @property
-    def warm_count(self) -> int:
-        return round(self.rate * self.warmup)
-
-
-# -- the producer (its own process) ----------------------------------------------------------
-
-
-def produce(bootstrap: str, topic: str, load: Load, measuring: Event, out: Connection) -> None:
-    """Send ``load`` to partition 0 of ``topic`` on schedule; report counts and stats samples.
-
-    Sets ``measuring`` when the first measured (post-warm-up) message is sent, so the parent
-    can start its CPU clock on the broker.
-    """
-    errors: list[str] = []
-    stats: list[tuple[int, int]] = []  # (monotonic ns, Produce requests sent so far)
-    answered: list[tuple[int, int]] = []  # (monotonic ns, responses received so far)
-    acked = array.array("q")  # produce() -> delivery report, ns, measured messages only
-
-    def on_delivery(err: object, message: confluent_kafka.Message) -> None:
-        if err is not None:
-            errors.append(str(err))
-            return
-        _, sent_ns, warm = HEADER.unpack_from(message.value() or b"")
-        if not warm:
-            acked.append(time.monotonic_ns() - sent_ns)
-
-    def on_stats(payload: str) -> None:
-        now = time.monotonic_ns()
-        stats.append((now, _requests(payload, "Produce")))
-        answered.append((now, _responses(payload)))
-
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "linger.ms": 0,
-            "enable.idempotence": False,
-            "compression.type": "none",
-            "queue.buffering.max.messages": 1_000_000,
-            "statistics.interval.ms": STATS_INTERVAL_MS,
-            "on_delivery": on_delivery,
-            "stats_cb": on_stats,
-            **dict(load.producer_config),
-        }
-    )
-    producer.list_topics(topic, timeout=30)  # connect and learn the leader before the clock
-    padding = bytes(load.size - HEADER.size)
-    interval_ns = 1e9 / load.rate
-    planned, warm = load.planned, load.warm_count
-    late = 0  # messages sent more than 1 ms after they were due
-    started = time.monotonic_ns()
-    first_measured = last_sent = started
-    sent = 0
-    while sent < planned:
-        due = started + int(sent * interval_ns)
-        now = time.monotonic_ns()
-        if due > now:
-            producer.poll(0)
-            time.sleep((due - now) / 1e9)
-            continue
-        # Everything due by now goes out in one burst.
-        while sent < planned and started + int(sent * interval_ns) <= now:
-            if now - (started + int(sent * interval_ns)) > NS_PER_MS:
-                late += 1
-            if sent == warm:
-                first_measured = time.monotonic_ns()
-                measuring.set()
-            last_sent = time.monotonic_ns()
-            value = HEADER.pack(sent, last_sent, sent < warm) + padding
-            _produce(producer, topic, value)
-            sent += 1
-        producer.poll(0)
-    if not measuring.is_set():
-        measuring.set()
-    finish = time.monotonic_ns()
-    unflushed = producer.flush(60)
-    producer.poll(0)
-    out.send(
-        {
-            "sent": sent,
-            "warm": warm,
-            "unflushed": unflushed,
-            "errors": errors[:5],
-            "error_count": len(errors),
-            "late": late,
-            "t0": first_measured,
-            "t1": last_sent,
-            "finish": finish,
-            "stats": stats,
-            "answered": answered,
-            "acked": _percentiles(acked, 0),
-        }
-    )
-
-
-def _produce(producer: confluent_kafka.Producer, topic: str, value: bytes) -> None:
-    while True:
-        try:
-            producer.produce(topic, value, partition=0)
-            return
-        except BufferError:  # the local queue is full: the broker is far behind
-            producer.poll(0.001)
-
-
-def _responses(payload: str) -> int:
-    """Responses received from all brokers so far (librdkafka statistics: ``rx``)."""
-    brokers = json.loads(payload).get("brokers", {})
-    return sum(int(b.get("rx", 0)) for b in brokers.values())
-
-
-def _requests(payload: str, kind: str) -> int:
-    """Requests of ``kind`` sent to all brokers so far, from a librdkafka statistics JSON."""
-    brokers = json.loads(payload).get("brokers", {})
-    return sum(int(b.get("req", {}).get(kind, 0)) for b in brokers.values())
-
-
-# -- the consumers (each in its own process) -------------------------------------------------
-
-
-@dataclass
-class Received:
-    """What a consumer saw: latencies of measured messages, and every sequence number."""
-
-    planned: int
-    latencies: array.array[int] = field(default_factory=lambda: array.array("q"))
-    seen: bytearray = field(default_factory=bytearray)
-    count: int = 0
-    duplicates: int = 0
-    unexpected: int = 0
-
-    def __post_init__(self) -> None:
-        self.seen = bytearray(self.planned)
-
-    def add(self, value: bytes, received_ns: int) -> None:
-        sequence, sent_ns, warm = HEADER.unpack_from(value)
-        self.count += 1
-        if not 0 <= sequence < self.planned:
-            self.unexpected += 1
-            return
-        if self.seen[sequence]:
-            self.duplicates += 1
-            return
-        self.seen[sequence] = 1
-        if not warm:
-            self.latencies.append(received_ns - sent_ns)
-
-    def done(self, expected: int) -> bool:
-        return 0 <= expected <= self.count - self.duplicates - self.unexpected
-
-    def report(self, stats: list[tuple[int, int]]) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "duplicates": self.duplicates,
-            "unexpected": self.unexpected,
-            "seen": bytes(self.seen),
-            "latencies": self.latencies.tobytes(),
-            "stats": stats,
-        }
-
-
-def consume(
-    kind: str,
-    bootstrap: str,
-    topic: str,
-    planned: int,
-    ready: Event,
-    expected: Synchronized[int],
-    deadline: Synchronized[int],
-    out: Connection,
-) -> None:
-    """Read partition 0 of ``topic`` from offset 0 until ``expected`` messages (set by the
-    parent once the producer is done) have arrived, or until the monotonic ``deadline``."""
-    if kind == "confluent":
-        result = consume_confluent(bootstrap, topic, planned, ready, expected, deadline)
-    else:
-        result = run_async(consume_kayak(bootstrap, topic, planned, ready, expected, deadline))
-    out.send(result)
-
-
-def _finished(received: Received, expected: Synchronized[int], deadline: Synchronized[int]) -> bool:
-    limit = deadline.value
-    return received.done(expected.value) or (limit > 0 and time.monotonic_ns() > limit)
-
-
-def consume_confluent(
-    bootstrap: str,
-    topic: str,
-    planned: int,
-    ready: Event,
-    expected: Synchronized[int],
-    deadline: Synchronized[int],
-) -> dict[str, Any]:
-    stats: list[tuple[int, int]] = []
-
-    def on_stats(payload: str) -> None:
-        stats.append((time.monotonic_ns(), _requests(payload, "Fetch")))
-
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"e2e-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "statistics.interval.ms": STATS_INTERVAL_MS,
-            "stats_cb": on_stats,
-        }
-    )
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-    consumer.consume(1, timeout=0.5)  # connect and start fetching (the topic is empty)
-    ready.set()
-    received = Received(planned)
-    while not _finished(received, expected, deadline):
-        # poll() returns with the first message; consume() would wait for a full batch or
-        # its timeout. Then consume(timeout=0) takes whatever else has already arrived.
-        first = consumer.poll(0.1)
-        if first is None:
-            continue
-        now = time.monotonic_ns()
-        for message in (first, *consumer.consume(num_messages=POLL_RECORDS, timeout=0)):
-            if message.error():
-                raise RuntimeError(str(message.error()))
-            received.add(message.value() or b"", now)
-    consumer.close()
-    return received.report(stats)
-
-
-async def consume_kayak(
-    bootstrap: str,
-    topic: str,
-    planned: int,
-    ready: Event,
-    expected: Synchronized[int],
-    deadline: Synchronized[int],
-) -> dict[str, Any]:
-    from kayak.client.consumer import Consumer, TopicPartition
-
-    tp = TopicPartition(topic, 0)
-    received = Received(planned)
-    async with Consumer({"bootstrap.servers": bootstrap}) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        await consumer.getmany_values(timeout_ms=500)  # connect and start fetching
-        ready.set()
-        while not _finished(received, expected, deadline):
-            batches = await consumer.getmany_values(max_records=POLL_RECORDS, timeout_ms=100)
-            now = time.monotonic_ns()
-            for values in batches.values():
-                for value in values:
-                    assert value is not None
-                    received.add(value, now)
-    return received.report([])
+    def points(self) -> list[tuple[int, int, str]]:
+        return [(r, li, c) for r in self.rates for li in self.lingers for c in self.consumers]
 
 
 # -- one point: one broker, one rate, one consumer -------------------------------------------
@@ -442,12 +189,12 @@ def measure(
     )
     producer.start()
     _wait(measuring, producer, "producer", timeout=START_TIMEOUT + load.warmup * 2)
-    cpu_start, wall_start = cpu_seconds(broker.pid), time.monotonic()
+    cpu_start, wall_start = server_cpu_seconds(broker.pid), time.monotonic()
     waited_start = waiting_seconds(broker.pid)
     spy = _start_py_spy(profile_to, broker.pid, load.seconds) if profile_to else None
     sent = _receive(producer_end, producer, "producer", load.warmup + load.seconds + 120)
     elapsed = time.monotonic() - wall_start
-    cores = (cpu_seconds(broker.pid) - cpu_start) / elapsed
+    cores = (server_cpu_seconds(broker.pid) - cpu_start) / elapsed
     starved = (waiting_seconds(broker.pid) - waited_start) / elapsed
     acknowledged = sent["sent"] - sent["unflushed"] - sent["error_count"]
     if sent["error_count"] or sent["unflushed"]:
@@ -523,7 +270,7 @@ def _point(sent: dict[str, Any], got: dict[str, Any], cores: float, starved: flo
         produced=acknowledged,
         consumed=consumed,
         missing=max(0, acknowledged - consumed),
-        latencies_ms=_percentiles(latencies, max(0, measured - len(latencies))),
+        latencies_ms=percentiles(latencies, max(0, measured - len(latencies))),
         cores=cores,
         starved=starved,
         produce_requests=_in_window(sent["stats"], t0, t1),
@@ -533,22 +280,6 @@ def _point(sent: dict[str, Any], got: dict[str, Any], cores: float, starved: flo
         late=sent["late"],
         acked_ms=sent["acked"],
     )
-
-
-def _percentiles(latencies_ns: Sequence[int], lost: int) -> dict[str, float]:
-    """Percentiles in ms; the ``lost`` messages (never received) count as infinitely late,
-    so a broker that falls behind cannot look good by not delivering."""
-    ordered = sorted(latencies_ns)
-    total = len(ordered) + lost
-    if not total:
-        return {name: float("nan") for name, _ in (*PERCENTILES, ("max", 1.0))}
-
-    def at(index: int) -> float:
-        return ordered[index] / NS_PER_MS if index < len(ordered) else float("inf")
-
-    result = {name: at(min(total - 1, int(q * total))) for name, q in PERCENTILES}
-    result["max"] = at(total - 1)
-    return result
 
 
 def _in_window(samples: Sequence[Sequence[int]], t0: int, t1: int) -> float:
@@ -564,24 +295,48 @@ def _in_window(samples: Sequence[Sequence[int]], t0: int, t1: int) -> float:
 # -- runs and report -------------------------------------------------------------------------
 
 
+Case = tuple[int, int, str]  # rate, linger.ms, consumer
+
+
 @dataclass
 class Samples:
-    points: dict[tuple[int, str, str], list[Point]] = field(default_factory=dict)
+    points: dict[tuple[Case, str], list[Point]] = field(default_factory=dict)
+    tool: dict[str, list[ToolLatency]] = field(default_factory=dict)  # EndToEndLatency
 
-    def add(self, rate: int, consumer: str, broker: str, point: Point) -> None:
-        self.points.setdefault((rate, consumer, broker), []).append(point)
+    def add(self, case: Case, broker: str, point: Point) -> None:
+        self.points.setdefault((case, broker), []).append(point)
 
-    def of(self, rate: int, consumer: str, broker: str) -> list[Point]:
-        return self.points.get((rate, consumer, broker), [])
+    def of(self, case: Case, broker: str) -> list[Point]:
+        return self.points.get((case, broker), [])
+
+
+@dataclass(frozen=True)
+class ToolLatency:
+    """One EndToEndLatency run: its figures in ms, and the broker's CPU µs per record."""
+
+    average: float
+    p50: float
+    p99: float
+    p999: float
+    cpu_us: float
+
+
+def tool_latency(broker: BrokerProcess, settings: Settings) -> ToolLatency:
+    """Kafka's EndToEndLatency against ``broker`` on a fresh topic (see the module doc)."""
+    topic = f"e2e-tool-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic)
+    args = end_to_end_latency_args(broker.bootstrap, topic, settings.tool_records, settings.size)
+    done = run_tool("kafka-e2e-latency", args, broker.pid)
+    found = parse_end_to_end_latency(done.stdout)
+    cpu_us = per_operation_us(done.broker_cpu, settings.tool_records)
+    return ToolLatency(found.average_ms, found.p50_ms, found.p99_ms, found.p999_ms, cpu_us)
 
 
 def start_brokers(settings: Settings) -> dict[str, BrokerProcess]:
     brokers: dict[str, BrokerProcess] = {}
     try:
-        if KAYAK in settings.brokers:
-            brokers[KAYAK] = start_kayak(settings.data_root, settings.flush)
-        if TANSU in settings.brokers:
-            brokers[TANSU] = start_tansu(settings.data_root)
+        for name in settings.brokers:
+            brokers[name] = start_broker(name, settings.data_root, settings.flush)
     except BaseException:
         for broker in brokers.values():
             broker.stop()
@@ -596,20 +351,26 @@ def run_once(run: int, settings: Settings, samples: Samples) -> None:
     brokers = start_brokers(settings)
     try:
         names = list(brokers)
-        points = [(r, c) for r in settings.rates for c in settings.consumers]
-        for index, (rate, consumer) in enumerate(points):
+        for index, case in enumerate(settings.points()):
+            rate, linger, consumer = case
             shift = (run + index) % len(names)  # who goes first alternates
             for name in names[shift:] + names[:shift]:
                 load = Load(
                     rate, settings.seconds, settings.warmup, settings.size,
-                    settings.producer_config,
+                    settings.producer_config, linger,
                 )  # fmt: skip
-                topic = f"e2e-{rate}-{consumer}-{uuid.uuid4().hex[:8]}"
+                topic = f"e2e-{rate}-{linger}-{consumer}-{uuid.uuid4().hex[:8]}"
                 profile_here = _profile_here(run, rate, consumer, name, settings)
                 profile_to = settings.py_spy if profile_here else None
                 point = measure(brokers[name], name, topic, load, consumer, settings, profile_to)
-                samples.add(rate, consumer, name, point)
-                print("    " + _line(name, rate, consumer, point), flush=True)
+                samples.add(case, name, point)
+                print("    " + _line(name, case, point), flush=True)
+        for name in (n for n in names if n != TANSU and settings.tool_records):
+            result = tool_latency(brokers[name], settings)
+            samples.tool.setdefault(name, []).append(result)
+            print(f"    {name:<12} EndToEndLatency: avg {result.average:.2f} ms, p50 "
+                  f"{result.p50:g} p99 {result.p99:g} p99.9 {result.p999:g} ms, broker CPU "
+                  f"{human(result.cpu_us)} µs/record", flush=True)  # fmt: skip
     finally:
         for broker in brokers.values():
             broker.stop()
@@ -626,15 +387,17 @@ def _profile_here(run: int, rate: int, consumer: str, name: str, settings: Setti
     )
 
 
-def _line(name: str, rate: int, consumer: str, point: Point) -> str:
+def _line(name: str, case: Case, point: Point) -> str:
+    rate, linger, consumer = case
     lat = point.latencies_ms
     return (
-        f"{name:<6} {rate:>7,} msg/s target, {consumer:<9}: {point.rate:>8,.0f} msg/s sent, "
+        f"{name:<12} {rate:>7,} msg/s target, linger.ms={linger}, {consumer:<9}: "
+        f"{point.rate:>8,.0f} msg/s sent, "
         f"{point.consumed:,}/{point.produced:,} consumed, p50 {lat['p50']:.2f} p99 "
         f"{lat['p99']:.2f} p99.9 {lat['p99.9']:.2f} max {lat['max']:.2f} ms (acked p50 "
         f"{point.acked_ms['p50']:.2f} p99 {point.acked_ms['p99']:.2f} ms), broker "
         f"{point.cores:.2f} cores (+{point.starved:.2f} waiting for a CPU), "
-        f"{_per_request_us(point)} µs/produce req, "
+        f"{_per_request_us(point)} µs/produce req, {human(_per_message_us(point))} µs/msg, "
         f"{point.records_per_request:.1f} rec/req, {_answers_per_second(point)} produce "
         f"answers/s, {point.late:,} sent >1 ms late"
     )
@@ -643,6 +406,12 @@ def _line(name: str, rate: int, consumer: str, point: Point) -> str:
 def _answers_per_second(point: Point) -> str:
     window = point.measured / point.rate if point.rate else float("nan")
     return human(point.produce_answers / window)
+
+
+def _per_message_us(point: Point) -> float:
+    """Broker CPU per message sent in the window (its fetch work included)."""
+    window = point.measured / point.rate if point.rate else float("nan")
+    return per_operation_us(point.cores * window, point.measured)
 
 
 def _per_request_us(point: Point) -> str:
@@ -654,42 +423,66 @@ def _per_request_us(point: Point) -> str:
 
 
 def results_table(settings: Settings, samples: Samples) -> Table:
+    peers = [b for b in (KAFKA, TANSU) if b in settings.brokers and KAYAK in settings.brokers]
     table = Table(
         [
-            "rate target", "consumer", "broker", "sent msg/s", "consumed", "p50 ms", "p90 ms",
-            "p99 ms", "p99.9 ms", "max ms", "ack p50 ms", "ack p99 ms", "broker CPU",
-            "broker run-queue wait",            "µs/produce req", "rec/req", "p99 kayak / Tansu",
+            "rate target", "linger.ms", "consumer", "broker", "sent msg/s", "consumed",
+            "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "ack p50 ms", "ack p99 ms",
+            "broker CPU", "broker run-queue wait", "µs/produce req", "broker CPU µs/msg",
+            "rec/req", *(f"p99 kayak / {_SHORT[p]}" for p in peers),
         ]
     )  # fmt: skip
-    for rate in settings.rates:
-        for consumer in settings.consumers:
-            for name in settings.brokers:
-                points = samples.of(rate, consumer, name)
-                if not points:
-                    continue
-                table.add(
-                    f"{rate:,}/s",
-                    consumer,
-                    _broker_label(name),
-                    median([p.rate for p in points]),
-                    _consumed(points),
-                    *(median([p.latencies_ms[k] for p in points]) for k in _LATENCY_KEYS),
-                    median([p.acked_ms["p50"] for p in points]),
-                    median([p.acked_ms["p99"] for p in points]),
-                    f"{median([p.cores for p in points]):.2f} cores",
-                    f"{median([p.starved for p in points]):.2f} cores",
-                    _median_text([_per_request_us(p) for p in points]),
-                    median([p.records_per_request for p in points]),
-                    _p99_ratio(samples, rate, consumer) if name == KAYAK else "",
-                )
+    for case in settings.points():
+        rate, linger, consumer = case
+        for name in settings.brokers:
+            points = samples.of(case, name)
+            if not points:
+                continue
+            table.add(
+                f"{rate:,}/s",
+                str(linger),
+                consumer,
+                _broker_label(name, settings),
+                median([p.rate for p in points]),
+                _consumed(points),
+                *(median([p.latencies_ms[k] for p in points]) for k in _LATENCY_KEYS),
+                median([p.acked_ms["p50"] for p in points]),
+                median([p.acked_ms["p99"] for p in points]),
+                f"{median([p.cores for p in points]):.2f} cores",
+                f"{median([p.starved for p in points]):.2f} cores",
+                _median_text([_per_request_us(p) for p in points]),
+                median([_per_message_us(p) for p in points]),
+                median([p.records_per_request for p in points]),
+                *(_p99_ratio(samples, case, p) if name == KAYAK else "" for p in peers),
+            )
+    return table
+
+
+def tool_table(settings: Settings, samples: Samples) -> Table:
+    """EndToEndLatency's figures per broker (medians over runs)."""
+    names = [n for n in settings.brokers if samples.tool.get(n)]
+    versus = KAYAK in names and KAFKA in names
+    columns = ["broker", "avg ms", "p50 ms", "p99 ms", "p99.9 ms", "broker CPU µs/record"]
+    table = Table(columns + (["p99 kayak / Kafka"] if versus else []))
+    for name in names:
+        runs = samples.tool[name]
+        cells: list[object] = [_broker_label(name, settings)]
+        cells += [median([getattr(r, key) for r in runs]) for key in _TOOL_KEYS]
+        if versus:
+            mine = [r.p99 for r in samples.tool[KAYAK]]
+            theirs = [r.p99 for r in samples.tool[KAFKA]]
+            cells.append(times(paired_ratio(mine, theirs)) if name == KAYAK else "")
+        table.add(*cells)
     return table
 
 
 _LATENCY_KEYS = ("p50", "p90", "p99", "p99.9", "max")
+_TOOL_KEYS = ("average", "p50", "p99", "p999", "cpu_us")
+_SHORT = {KAFKA: "Kafka", TANSU: "Tansu"}
 
 
-def _broker_label(name: str) -> str:
-    return "kayak (group)" if name == KAYAK else "Tansu (memory)"
+def _broker_label(name: str, settings: Settings) -> str:
+    return {KAYAK: f"kayak ({settings.flush})", TANSU: "Tansu (memory)"}.get(name, name)
 
 
 def _consumed(points: Sequence[Point]) -> str:
@@ -704,9 +497,9 @@ def _median_text(values: Sequence[str]) -> str:
     return human(median(numbers)) if numbers else "-"
 
 
-def _p99_ratio(samples: Samples, rate: int, consumer: str) -> str:
-    mine = [p.latencies_ms["p99"] for p in samples.of(rate, consumer, KAYAK)]
-    theirs = [p.latencies_ms["p99"] for p in samples.of(rate, consumer, TANSU)]
+def _p99_ratio(samples: Samples, case: Case, peer: str) -> str:
+    mine = [p.latencies_ms["p99"] for p in samples.of(case, KAYAK)]
+    theirs = [p.latencies_ms["p99"] for p in samples.of(case, peer)]
     return times(paired_ratio(mine, theirs))
 
 
@@ -714,9 +507,9 @@ def report(settings: Settings, samples: Samples, markdown: bool) -> None:
     print()
     print(
         f"confluent-kafka {confluent_kafka.version()} (librdkafka "
-        f"{confluent_kafka.libversion()[0]}) producer, linger.ms=0, acks=all, "
-        f"{settings.size} B values, one partition; {settings.warmup:g} s warm-up + "
-        f"{settings.seconds:g} s measured per point; median of {settings.runs} runs"
+        f"{confluent_kafka.libversion()[0]}) producer, acks=all, {settings.size} B values, "
+        f"one partition; {settings.warmup:g} s warm-up + {settings.seconds:g} s measured per "
+        f"point; median of {settings.runs} runs"
         + "".join(f", {k}={v}" for k, v in settings.producer_config)
     )
     print(machine_notes(settings.data_root))
@@ -727,26 +520,40 @@ def report(settings: Settings, samples: Samples, markdown: bool) -> None:
     print(
         "run-to-run range of p99 (ms): "
         + "; ".join(
-            f"{name} {rate:,}/s {consumer}: "
-            + spread([p.latencies_ms["p99"] for p in samples.of(rate, consumer, name)])
-            for rate in settings.rates
-            for consumer in settings.consumers
+            f"{name} {case[0]:,}/s linger.ms={case[1]} {case[2]}: "
+            + spread([p.latencies_ms["p99"] for p in samples.of(case, name)])
+            for case in settings.points()
             for name in settings.brokers
         )
     )
+    if samples.tool:
+        print()
+        print(
+            f"Kafka's EndToEndLatency: {settings.tool_records:,} records of {settings.size} B, "
+            f"one at a time, acks=all (its percentiles are whole ms)"
+        )
+        tools = tool_table(settings, samples)
+        print(tools.markdown() if markdown else tools.text())
     print(f"command: python bench/e2e_latency.py {' '.join(sys.argv[1:])}")
 
 
 def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", default="10000", help="msg/s, or a list: 1000,10000")
+    parser.add_argument("--rate", default="1000,10000", help="msg/s, or a list: 1000,10000")
+    parser.add_argument("--linger-ms", default="0,5", help="linger.ms, or a list: 0,5")
+    parser.add_argument(
+        "--tool-records",
+        type=int,
+        default=5_000,
+        help="records of Kafka's EndToEndLatency per broker and run (0: none)",
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="sent first, not counted")
     parser.add_argument("--drain", type=float, default=30.0, help="wait after the last send")
     parser.add_argument("--size", type=int, default=100, help="value bytes (>= 17)")
     parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
     parser.add_argument("--consumers", default="confluent", help="confluent,kayak")
-    parser.add_argument("--brokers", default="kayak,Tansu", help="kayak,Tansu")
+    parser.add_argument("--brokers", default="kayak,kafka,tansu", help="kayak,kafka,tansu")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"), help="where logs go")
     parser.add_argument("--py-spy", type=Path, help="py-spy kayak's broker (first window)")
     parser.add_argument(
@@ -765,8 +572,9 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.warmup, args.runs, args.drain = 3.0, 1.0, 1, 10.0
+        args.tool_records = min(args.tool_records, 500)
     consumers = tuple(c.strip() for c in args.consumers.split(",") if c.strip())
-    brokers = tuple(_broker_name(b) for b in args.brokers.split(",") if b.strip())
+    brokers = parse_brokers(args.brokers)
     if unknown := set(consumers) - set(CONSUMERS):
         parser.error(f"unknown consumers: {', '.join(sorted(unknown))}")
     if args.size < HEADER.size:
@@ -784,6 +592,8 @@ def parse_args(argv: list[str]) -> tuple[Settings, bool, Path | None]:
         py_spy=args.py_spy,
         producer_config=tuple(_key_value(item, parser) for item in args.producer_config),
         flush=args.flush,
+        lingers=tuple(int(v) for v in args.linger_ms.split(",") if v.strip()),
+        tool_records=args.tool_records,
     )
     return settings, args.markdown, args.plot
 
@@ -793,13 +603,6 @@ def _key_value(item: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
     if not sep or not key:
         parser.error(f"--producer-config wants KEY=VALUE, not {item!r}")
     return key.strip(), value.strip()
-
-
-def _broker_name(text: str) -> str:
-    name = text.strip().lower()
-    if name not in ("kayak", "tansu"):
-        raise SystemExit(f"unknown broker {text!r}: kayak or Tansu")
-    return KAYAK if name == "kayak" else TANSU
 
 
 def main(argv: list[str]) -> None:

@@ -78,7 +78,9 @@ class ChartSpec:
     labels: tuple[str, ...]  # regexes of the columns naming a group (missing ones are skipped)
     series: tuple[Series, ...]
     ratios: tuple[Ratio, ...] = ()
-    label_format: str | None = None  # e.g. "{}, acks={}"; default: cells joined by ", "
+    # e.g. "{}, acks={}", or several: the one with as many {} as label cells found; default:
+    # the cells joined by ", "
+    label_format: str | tuple[str, ...] | None = None
     pivot: str | None = None  # regex of the column saying which series a row belongs to
     log: bool = False  # values spanning orders of magnitude
     times: bool = False  # cells carry time units (s, ms, µs): all shown in milliseconds
@@ -210,8 +212,10 @@ def chart_from_table(
 
 
 def _group_label(spec: ChartSpec, cells: list[str]) -> str:
-    if spec.label_format is not None and spec.label_format.count("{}") == len(cells):
-        return spec.label_format.format(*cells)
+    formats = (spec.label_format,) if isinstance(spec.label_format, str) else spec.label_format
+    for template in formats or ():
+        if template.count("{}") == len(cells):
+            return template.format(*cells)
     return ", ".join(cells)
 
 
@@ -398,7 +402,9 @@ def _write_texts(axes: Axes, chart: BarChart, group_height: float) -> None:
 
 # -- the benchmarks' tables ------------------------------------------------------------------
 
-_KAYAK_TANSU = (Ratio("kayak", "{}x Tansu", column=r"^kayak / Tansu$", versus="Tansu"),)
+# The kayak bar's note: against Apache Kafka when the table has it, else against Tansu.
+_KAYAK_TANSU = (Ratio("kayak", "{}x Tansu", column=r"^kayak / Tansu$", versus="Tansu"),
+                Ratio("kayak", "{}x Kafka", column=r"^kayak / Kafka$", versus="Apache Kafka"))
 
 CHARTS: dict[str, ChartSpec] = {
     spec.name: spec
@@ -424,7 +430,11 @@ CHARTS: dict[str, ChartSpec] = {
             "broker_appends", "Durable appends: 128 producers, one 2 KiB record per acks=all "
             "request", "acknowledged appends/s (higher is better)", (r"^connections$",),
             (Series("--flush group", r"^group$"), Series("--flush always", r"^always$"),
-             Series("--flush never", r"^never$"), Series("Tansu (memory)", r"^Tansu", peer=True)),
+             Series("--flush never", r"^never$"),
+             Series("Apache Kafka", r"^Apache Kafka$", peer=True),
+             Series("Kafka, fsync per message", r"^Apache Kafka, flush every message$",
+                    peer=True),
+             Series("Tansu (memory)", r"^Tansu", peer=True)),
             (Ratio("--flush group", "{}x always", column=r"^group / always$"),),
             label_format="{} connections",
             readme_header=("connections", "group", "always", "never", "group / always",
@@ -433,32 +443,38 @@ CHARTS: dict[str, ChartSpec] = {
                            "empty server µs / request (floor)"),
         ),
         ChartSpec(
-            "broker_produce", "Produce: one confluent-kafka producer, kayak durable "
-            "(--flush group) vs Tansu in memory", "messages/s (higher is better)",
-            (r"^value$", r"^acks$"),
-            (Series("kayak", r"^kayak.*msg/s$"), Series("Tansu", r"^Tansu.*msg/s$", peer=True)),
-            _KAYAK_TANSU, label_format="{}, acks={}",
+            "broker_produce", "Produce: one producer, kayak durable (--flush group) vs "
+            "Apache Kafka (page cache) vs Tansu in memory", "messages/s (higher is better)",
+            (r"^client$", r"^value$", r"^acks$"),
+            (Series("kayak", r"^kayak.*msg/s$"),
+             Series("Apache Kafka", r"^Apache Kafka.*msg/s$", peer=True),
+             Series("Tansu", r"^Tansu.*msg/s$", peer=True)),
+            _KAYAK_TANSU, label_format=("{}, acks={}", "{}: {}, acks={}"),
             readme_header=("value", "acks", "kayak msg/s", "Tansu msg/s", "kayak / Tansu",
                            "broker CPU kayak / Tansu"),
         ),
         ChartSpec(
             "e2e_latency", "End-to-end latency p99: confluent-kafka producer → consumer, "
             "100 B, acks=all", "p99 send → receive, ms (log scale; lower is better)",
-            (r"^rate", r"^consumer$"),
+            (r"^rate", r"^linger", r"^consumer$"),
             (Series("kayak", r"^(e2e )?p99 ms$", where=r"^kayak"),
+             Series("Apache Kafka", r"^(e2e )?p99 ms$", where=r"^Apache Kafka", peer=True),
              Series("Tansu", r"^(e2e )?p99 ms$", where=r"^Tansu", peer=True)),
-            (Ratio("kayak", "{}x Tansu", column=r"^p99 kayak / Tansu$", versus="Tansu"),),
-            pivot=r"^broker$", log=True,
+            (Ratio("kayak", "{}x Tansu", column=r"^p99 kayak / Tansu$", versus="Tansu"),
+             Ratio("kayak", "{}x Kafka", column=r"^p99 kayak / Kafka$", versus="Apache Kafka")),
+            label_format=("{}", "{}, {}", "{}, linger.ms={}, {}"), pivot=r"^broker$", log=True,
             readme_header=("rate", "broker", "e2e p50 ms", "e2e p99 ms", "ack p99 ms",
                            "broker CPU", "records / request"),
         ),
         ChartSpec(
-            "topics", "Topics at scale: kayak vs Tansu (memory) vs kayak before issue 13",
+            "topics", "Topics at scale: kayak vs Apache Kafka vs Tansu (memory)",
             "milliseconds (log scale; lower is better)", (r"^measure$",),
             (Series("kayak", r"^kayak$", spread=r"^runs \(min.max\)$"),
+             Series("Apache Kafka", r"^Apache Kafka$", peer=True),
              Series("Tansu (memory)", r"^Tansu", peer=True),
              Series("before issue 13", r"^before", peer=True)),
-            (Ratio("kayak", "{}x Tansu", column=r"^kayak / Tansu$", versus="Tansu (memory)"),),
+            (Ratio("kayak", "{}x Tansu", column=r"^kayak / Tansu$", versus="Tansu (memory)"),
+             Ratio("kayak", "{}x Kafka", column=r"^kayak / Kafka$", versus="Apache Kafka")),
             log=True, times=True,
             readme_header=("measure", "kayak", "runs (min-max)", "Tansu (memory)",
                            "before issue 13"),

@@ -1,7 +1,9 @@
 """Topics at scale: creation rate, what creation costs other clients, Metadata, start-up.
 
 In each run, kayak's broker (``python -m kayak broker``, fresh data directory, ``--flush
-group``) and Tansu (in-memory storage, not durable) take turns on the same load:
+group``), Apache Kafka (bench/kafka_peer.py: single-node KRaft, its default configuration,
+1 GiB heap) and Tansu (in-memory storage, not durable) take turns on the same load, each
+started afresh and given ``kafka_peer.warm_up``'s short produce-and-consume load first:
 
 (a) ``--topics`` (2,000) topics created one CreateTopics request each, spread over
     ``--connections`` (8) connections that each wait for an answer before the next request:
@@ -20,12 +22,19 @@ group``) and Tansu (in-memory storage, not durable) take turns on the same load:
     ``--segments`` (100,000) segments, after a clean shutdown, against an empty data directory
     in the same run. The directory is built once per invocation: the broker creates the
     topics, stops, and the bench writes the segment files (``.log`` with one batch,
-    ``.index``, ``.timeindex``) in the layout the broker itself writes.
+    ``.index``, ``.timeindex``) in the layout the broker itself writes;
+(f) kayak and Apache Kafka: a restart (clean stop, then start on the same data) holding what
+    (a)-(d) created (``--partitions`` + 2 x ``--topics`` + 2 partitions): seconds from the
+    process's start to serving ("listening" for kayak, "Kafka Server started" for Kafka);
+(g) each broker's resident memory (from /proc) idle, just started, and holding (a)-(d)'s
+    topics, and its CPU per topic created in (a) and per Metadata request in (d) (utime +
+    stime of the server process over the measured interval).
 
 Goals (issue 13): (a) under 5 s with (b) p99 under 50 ms; (d) under 50 ms; (e) under 10 s.
 
 Run: ``python bench/topics.py`` (3 runs), ``--quick`` (1 run, smaller), ``--markdown`` for
-README; ``--runs``, ``--topics``, ``--partitions``, ``--segments``, ``--no-tansu``.
+README; ``--runs``, ``--topics``, ``--partitions``, ``--segments``,
+``--brokers kayak,kafka,tansu``, ``--no-tansu``.
 """
 
 from __future__ import annotations
@@ -43,11 +52,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from kafka_peer import KAFKA, KAYAK, TANSU, KafkaProcess, parse_brokers, start_broker
 from peers import (
     HOST,
     REPO,
     BrokerProcess,
+    MiB,
     PipelinedClient,
     Table,
     add_plot_option,
@@ -60,14 +72,17 @@ from peers import (
     scratch_dir,
     split_bootstrap,
     spread,
-    start_kayak,
-    start_tansu,
-    tansu_binary,
     times,
 )
+from usage import per_operation_us, resident_bytes, server_cpu_seconds
 
 from kayak.protocol import ClientConnection
 from kayak.protocol.message import Message
+from kayak.protocol.messages.create_partitions_request import (
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
+from kayak.protocol.messages.create_partitions_response import CreatePartitionsResponse
 from kayak.protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
 from kayak.protocol.messages.create_topics_response import CreateTopicsResponse
 from kayak.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
@@ -82,8 +97,8 @@ from kayak.protocol.messages.produce_request import (
 from kayak.protocol.messages.produce_response import ProduceResponse
 from kayak.protocol.records import build_record_batch, iter_records
 
-KAYAK, TANSU = "kayak", "Tansu"
 CREATE_VERSION = 5
+CREATE_PARTITIONS_VERSION = 3
 METADATA_VERSION = 12
 PRODUCE_VERSION = 9
 FETCH_VERSION = 12
@@ -102,12 +117,12 @@ class Settings:
     segments: int
     metadata_requests: int
     probe_ms: float
-    tansu: bool
+    brokers: tuple[str, ...]
     data_root: Path
 
     @property
     def peers(self) -> tuple[str, ...]:
-        return (KAYAK, TANSU) if self.tansu else (KAYAK,)
+        return self.brokers
 
 
 @dataclass
@@ -176,7 +191,7 @@ class Probe:
     end_to_end: list[float] = field(default_factory=list)
     _running: bool = True
 
-    async def run_until(self, done: asyncio.Future[object]) -> None:
+    async def run_until(self, done: asyncio.Future[Any]) -> None:
         producer = await PipelinedClient.connect(self.bootstrap)
         consumer = await PipelinedClient.connect(self.bootstrap)
         reading = asyncio.get_running_loop().create_task(self._consume(consumer))
@@ -274,6 +289,43 @@ async def create_in_one_request(bootstrap: str, names: list[str], partitions: in
     return elapsed
 
 
+POLICY_VIOLATION = 44
+LARGEST_STEP = 5_000  # partitions added per request when a broker refuses one big operation
+
+
+async def create_wide(bootstrap: str, name: str, partitions: int) -> None:
+    """One topic of ``partitions`` partitions. Apache Kafka's controller refuses an operation
+    of more than 10,000 metadata records (POLICY_VIOLATION, "excessively large batch"; a topic
+    of 10,000 partitions is 10,001): then the topic is created with ``LARGEST_STEP``
+    partitions and grown by CreatePartitions, ``LARGEST_STEP`` at a time. Only Metadata on
+    the topic is timed, not its creation."""
+    client = await PipelinedClient.connect(bootstrap)
+    try:
+        request = CreateTopicsRequest(topics=[creatable(name, partitions)], timeout_ms=600_000)
+        response = await client.request(request, CREATE_VERSION)
+        assert isinstance(response, CreateTopicsResponse)
+        if response.topics[0].error_code != POLICY_VIOLATION:
+            check_created(response, 1)
+            return
+        step = CreateTopicsRequest(topics=[creatable(name, LARGEST_STEP)], timeout_ms=600_000)
+        check_created(await client.request(step, CREATE_VERSION), 1)
+        count = LARGEST_STEP
+        while count < partitions:
+            count = min(partitions, count + LARGEST_STEP)
+            grow = CreatePartitionsRequest(
+                topics=[CreatePartitionsTopic(name=name, count=count, assignments=None)],
+                timeout_ms=600_000,
+            )
+            grown = await client.request(grow, CREATE_PARTITIONS_VERSION)
+            assert isinstance(grown, CreatePartitionsResponse)
+            result = grown.results[0]
+            if result.error_code:
+                raise RuntimeError(f"CreatePartitions {name} to {count}: error "
+                                   f"{result.error_code} {result.error_message}")  # fmt: skip
+    finally:
+        await client.close()
+
+
 async def metadata_latencies(
     bootstrap: str, topic: str, partitions: int, count: int
 ) -> list[float]:
@@ -331,56 +383,103 @@ async def first_metadata(bootstrap: str, topic: str, partitions: int) -> float:
 
 
 def measure_peer(peer: str, run: int, settings: Settings, samples: Samples) -> None:
-    broker = start_tansu(settings.data_root) if peer == TANSU else start_kayak(settings.data_root)
-    with broker:
-        bootstrap = broker.bootstrap
-        create_topic(bootstrap, PROBE_TOPIC)
-        interval = settings.probe_ms / 1000
-        idle = run_async(probe_alone(bootstrap, 2.0, interval))
-        samples.add("idle_rtt_p99", peer, percentile(idle.round_trips, 0.99) * 1000)
-        samples.add("idle_e2e_p99", peer, percentile(idle.end_to_end, 0.99) * 1000)
+    broker = start_broker(peer, settings.data_root)
+    try:
+        broker = measure_started(peer, broker, run, settings, samples)
+    finally:
+        broker.stop()
 
-        single = [f"single-{run}-{i:05d}" for i in range(settings.topics)]
-        seconds, probe = run_async(
-            create_beside_probe(bootstrap, single, settings.connections, interval)
-        )
-        samples.add("create_single_s", peer, seconds)
-        samples.add("create_single_rate", peer, settings.topics / seconds)
-        rtt99 = percentile(probe.round_trips, 0.99) * 1000
-        e2e99 = percentile(probe.end_to_end, 0.99) * 1000
-        samples.add("busy_rtt_p99", peer, rtt99)
-        samples.add("busy_e2e_p99", peer, e2e99)
-        print(
-            f"  {peer:>6}: {settings.topics:,} topics one request each in {seconds:.2f}s "
-            f"({settings.topics / seconds:,.0f}/s); beside it produce p99 {rtt99:.1f} ms, "
-            f"end-to-end p99 {e2e99:.1f} ms ({len(probe.round_trips)} records; idle: "
-            f"{percentile(idle.round_trips, 0.99) * 1000:.1f} / "
-            f"{percentile(idle.end_to_end, 0.99) * 1000:.1f} ms)",
-            flush=True,
-        )
 
-        batch = [f"batch-{run}-{i:05d}" for i in range(settings.topics)]
-        seconds = run_async(create_in_one_request(bootstrap, batch))
-        samples.add("create_batch_s", peer, seconds)
-        print(f"  {peer:>6}: one CreateTopics of {settings.topics:,} topics: {seconds:.2f}s",
-              flush=True)  # fmt: skip
+def measure_started(
+    peer: str, broker: BrokerProcess, run: int, settings: Settings, samples: Samples
+) -> BrokerProcess:
+    """(a)-(d), (f) and (g) on a started broker; returns the broker running at the end (a
+    restarted kayak is a new process)."""
+    samples.add("rss_idle_mib", peer, resident_bytes(broker.pid) / MiB)
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, PROBE_TOPIC)
+    interval = settings.probe_ms / 1000
+    idle = run_async(probe_alone(bootstrap, 2.0, interval))
+    samples.add("idle_rtt_p99", peer, percentile(idle.round_trips, 0.99) * 1000)
+    samples.add("idle_e2e_p99", peer, percentile(idle.end_to_end, 0.99) * 1000)
 
-        run_async(create_in_one_request(bootstrap, [WIDE_TOPIC], settings.partitions))
-        first = run_async(first_metadata(bootstrap, WIDE_TOPIC, settings.partitions))
-        samples.add("metadata_first", peer, first * 1000)
-        latencies = run_async(
-            metadata_latencies(
-                bootstrap, WIDE_TOPIC, settings.partitions, settings.metadata_requests
-            )
-        )
-        samples.add("metadata_p50", peer, median(latencies) * 1000)
-        samples.add("metadata_p99", peer, percentile(latencies, 0.99) * 1000)
-        print(
-            f"  {peer:>6}: Metadata of {settings.partitions:,} partitions: median "
-            f"{median(latencies) * 1000:.1f} ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms "
-            f"(the first, just after creation: {first * 1000:.1f} ms)",
-            flush=True,
-        )
+    single = [f"single-{run}-{i:05d}" for i in range(settings.topics)]
+    cpu_before = server_cpu_seconds(broker.pid)
+    seconds, probe = run_async(
+        create_beside_probe(bootstrap, single, settings.connections, interval)
+    )
+    cpu_per_topic = per_operation_us(server_cpu_seconds(broker.pid) - cpu_before,
+                                     settings.topics) / 1000  # fmt: skip
+    samples.add("create_single_cpu_ms", peer, cpu_per_topic)
+    samples.add("create_single_s", peer, seconds)
+    samples.add("create_single_rate", peer, settings.topics / seconds)
+    rtt99 = percentile(probe.round_trips, 0.99) * 1000
+    e2e99 = percentile(probe.end_to_end, 0.99) * 1000
+    samples.add("busy_rtt_p99", peer, rtt99)
+    samples.add("busy_e2e_p99", peer, e2e99)
+    print(
+        f"  {peer:>6}: {settings.topics:,} topics one request each in {seconds:.2f}s "
+        f"({settings.topics / seconds:,.0f}/s); beside it produce p99 {rtt99:.1f} ms, "
+        f"end-to-end p99 {e2e99:.1f} ms ({len(probe.round_trips)} records; idle: "
+        f"{percentile(idle.round_trips, 0.99) * 1000:.1f} / "
+        f"{percentile(idle.end_to_end, 0.99) * 1000:.1f} ms); broker CPU "
+        f"{cpu_per_topic:.2f} ms/topic (the probe's included)",
+        flush=True,
+    )
+
+    batch = [f"batch-{run}-{i:05d}" for i in range(settings.topics)]
+    seconds = run_async(create_in_one_request(bootstrap, batch))
+    samples.add("create_batch_s", peer, seconds)
+    print(f"  {peer:>6}: one CreateTopics of {settings.topics:,} topics: {seconds:.2f}s",
+          flush=True)  # fmt: skip
+
+    run_async(create_wide(bootstrap, WIDE_TOPIC, settings.partitions))
+    first = run_async(first_metadata(bootstrap, WIDE_TOPIC, settings.partitions))
+    samples.add("metadata_first", peer, first * 1000)
+    cpu_before = server_cpu_seconds(broker.pid)
+    latencies = run_async(
+        metadata_latencies(bootstrap, WIDE_TOPIC, settings.partitions, settings.metadata_requests)
+    )
+    metadata_cpu = server_cpu_seconds(broker.pid) - cpu_before
+    samples.add("metadata_cpu_ms", peer,
+                per_operation_us(metadata_cpu, settings.metadata_requests) / 1000)  # fmt: skip
+    samples.add("metadata_p50", peer, median(latencies) * 1000)
+    samples.add("metadata_p99", peer, percentile(latencies, 0.99) * 1000)
+    print(
+        f"  {peer:>6}: Metadata of {settings.partitions:,} partitions: median "
+        f"{median(latencies) * 1000:.1f} ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms "
+        f"(the first, just after creation: {first * 1000:.1f} ms); broker CPU "
+        f"{metadata_cpu / settings.metadata_requests * 1000:.2f} ms/request",
+        flush=True,
+    )
+    samples.add("rss_loaded_mib", peer, resident_bytes(broker.pid) / MiB)
+    if peer == TANSU:  # in memory: a restart starts empty
+        return broker
+    seconds, broker = restart(broker)
+    samples.add("restart_s", peer, seconds)
+    print(f"  {peer:>6}: restart holding {holding(settings):,} partitions: {seconds:.2f}s",
+          flush=True)  # fmt: skip
+    return broker
+
+
+def holding(settings: Settings) -> int:
+    """Partitions a broker holds after (a)-(d): the wide topic, 2 x topics, the probe and the
+    warm-up topic (kafka_peer.warm_up)."""
+    return settings.partitions + 2 * settings.topics + 2
+
+
+def restart(broker: BrokerProcess) -> tuple[float, BrokerProcess]:
+    """Stop cleanly keeping the data, start again on it: (seconds to serve, the broker)."""
+    if isinstance(broker, KafkaProcess):
+        return broker.restart(), broker
+    root = broker.data_dir
+    assert root is not None
+    stop_keeping_data(broker)
+    started = time.perf_counter()
+    again = start_broker_on(root / "data")
+    seconds = time.perf_counter() - started
+    again.data_dir = root  # removed when it stops
+    return seconds, again
 
 
 # -- (e) start-up --------------------------------------------------------------------------
@@ -481,16 +580,16 @@ def measure_start_up(big: Path, run: int, settings: Settings, samples: Samples) 
 
 
 def results_table(settings: Settings, samples: Samples) -> Table:
-    peer = TANSU if settings.tansu else None
+    peers = [p for p in (KAFKA, TANSU) if p in settings.brokers]
     columns = ["measure", "kayak", "runs (min-max)"]
-    if peer:
-        columns += ["Tansu (memory, not durable)", "kayak / Tansu"]
+    for peer in peers:
+        columns += [_LABELS[peer], f"kayak / {_SHORT[peer]}"]
     table = Table(columns)
 
-    def row(label: str, measure: str, lower_is_better: bool = True) -> None:
+    def row(label: str, measure: str) -> None:
         mine = samples.of(measure, KAYAK)
-        cells: list[object] = [label, median(mine), spread(mine)]
-        if peer:
+        cells: list[object] = [label, median(mine) if mine else "-", spread(mine)]
+        for peer in peers:
             theirs = samples.of(measure, peer)
             ratio = paired_ratio(mine, theirs) if theirs else float("nan")
             cells += [median(theirs) if theirs else "-", times(ratio)]
@@ -511,7 +610,16 @@ def results_table(settings: Settings, samples: Samples) -> Table:
         big = f"{settings.partitions:,} partitions, {settings.segments:,} segments"
         row(f"(e) start-up, {big}: seconds", "startup_big_s")
         row("(e) start-up, empty data dir: seconds", "startup_empty_s")
+    row(f"(f) restart holding {holding(settings):,} partitions: seconds", "restart_s")
+    row("(g) broker CPU per topic created in (a), ms", "create_single_cpu_ms")
+    row("(g) broker CPU per Metadata request in (d), ms", "metadata_cpu_ms")
+    row("(g) resident memory, idle: MiB", "rss_idle_mib")
+    row(f"(g) resident memory holding {holding(settings):,} partitions: MiB", "rss_loaded_mib")
     return table
+
+
+_LABELS = {KAFKA: "Apache Kafka", TANSU: "Tansu (memory, not durable)"}
+_SHORT = {KAFKA: "Kafka", TANSU: "Tansu"}
 
 
 def report(settings: Settings, samples: Samples, markdown: bool) -> None:
@@ -540,6 +648,7 @@ def parse_args(
     parser.add_argument("--segments", type=int, default=100_000)
     parser.add_argument("--metadata-requests", type=int, default=50)
     parser.add_argument("--probe-ms", type=float, default=5.0)
+    parser.add_argument("--brokers", default="kayak,kafka,tansu", help="kayak,kafka,tansu")
     parser.add_argument("--no-tansu", action="store_true")
     parser.add_argument("--no-start-up", action="store_true", help="skip (e)")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"))
@@ -549,13 +658,11 @@ def parse_args(
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.topics, args.partitions, args.segments = 1, 500, 2_000, 10_000
-    tansu = not args.no_tansu and tansu_binary() is not None
-    if not args.no_tansu and not tansu:
-        print("Tansu is not installed: measuring kayak alone", file=sys.stderr)
+    brokers = tuple(b for b in parse_brokers(args.brokers) if not (args.no_tansu and b == TANSU))
     settings = Settings(
         runs=args.runs, topics=args.topics, connections=args.connections,
         partitions=args.partitions, segments=args.segments,
-        metadata_requests=args.metadata_requests, probe_ms=args.probe_ms, tansu=tansu,
+        metadata_requests=args.metadata_requests, probe_ms=args.probe_ms, brokers=brokers,
         data_root=args.data_root,
     )  # fmt: skip
     return settings, args.markdown, not args.no_start_up, args.plot

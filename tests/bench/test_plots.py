@@ -123,3 +123,28 @@ def test_plot_option_of_the_bench_scripts_writes_the_printed_table(
     assert peers.command_line(["bench/x.py", "--runs", "3", "--plot", "p.svg"]).endswith(
         "bench/x.py --runs 3"
     )
+
+
+def test_a_table_with_apache_kafka_draws_its_bars_and_kayaks_ratio_to_it(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    plot, peers = bench
+    # what bench/broker_produce.py prints with Apache Kafka and Kafka's ProducerPerformance
+    table = peers.Table(["client", "value", "acks", "kayak (group) msg/s", "Apache Kafka msg/s",
+                         "Tansu (memory) msg/s", "kayak / Kafka", "kayak / Tansu",
+                         "broker CPU µs/msg kayak / Kafka / Tansu"])  # fmt: skip
+    table.add("confluent-kafka", "10 B", "all", 295736.0, 92958.0, 307491.0, "3.18x", "0.96x",
+              "0.50 / 6.00 / 0.40")  # fmt: skip
+    table.add("ProducerPerformance", "1,000 B", "all", 1878.0, 2436.0, 2073.0, "0.77x", "0.91x",
+              "5.00 / 70.0 / 5.00")  # fmt: skip
+
+    chart = plot.chart_from_table(plot.CHARTS["broker_produce"], table.columns, table.rows)
+
+    assert chart.groups == [
+        "confluent-kafka: 10 B, acks=all",
+        "ProducerPerformance: 1,000 B, acks=all",
+    ]
+    assert chart.series == ["kayak", "Apache Kafka", "Tansu"]
+    assert chart.peers == {"Apache Kafka", "Tansu"}
+    assert chart.bars["confluent-kafka: 10 B, acks=all"]["kayak"].note == "3.18x Kafka"
+    assert chart.bars["ProducerPerformance: 1,000 B, acks=all"]["Apache Kafka"].value == 2436.0

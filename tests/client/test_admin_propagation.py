@@ -1,4 +1,5 @@
-"""Creating topics or partitions returns once the broker's metadata shows them.
+"""Creating topics or partitions returns once the broker's metadata shows them (and deleting
+topics once it no longer does).
 
 A KRaft Apache Kafka acknowledges CreateTopics and CreatePartitions when its controller has
 recorded them; its broker learns of them from the metadata log a moment later, and until then
@@ -30,6 +31,11 @@ from kayak.protocol.messages.create_topics_response import (
     CreatableTopicResult,
     CreateTopicsResponse,
 )
+from kayak.protocol.messages.delete_topics_request import DeleteTopicsRequest
+from kayak.protocol.messages.delete_topics_response import (
+    DeletableTopicResult,
+    DeleteTopicsResponse,
+)
 from kayak.protocol.messages.metadata_request import MetadataRequest
 from kayak.protocol.messages.metadata_response import (
     MetadataResponse,
@@ -45,6 +51,7 @@ ADVERTISED = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_TOPICS: (0, 6),
 }
 LAG = 2  # Metadata answers that still show the old state after a change
 
@@ -103,6 +110,13 @@ class LaggingBroker:
             response = CreatePartitionsResponse(
                 results=[CreatePartitionsTopicResult(name=t.name) for t in request.topics]
             )
+        elif isinstance(request, DeleteTopicsRequest):
+            names = [t.name for t in request.topics] or list(request.topic_names)
+            for name in names:
+                self._pending[name] = (0, LAG)  # 0 partitions: gone
+            response = DeleteTopicsResponse(
+                responses=[DeletableTopicResult(name=name) for name in names]
+            )
         else:
             keys = [ApiVersion(k, low, high) for k, (low, high) in sorted(ADVERTISED.items())]
             response = ApiVersionsResponse(api_keys=keys)
@@ -115,6 +129,8 @@ class LaggingBroker:
         for name, (count, left) in list(self._pending.items()):
             if left == 0:
                 self.partitions[name] = count
+                if count == 0:
+                    del self.partitions[name]
                 del self._pending[name]
             else:
                 self._pending[name] = (count, left - 1)
@@ -154,6 +170,9 @@ def test_created_topics_and_partitions_are_in_metadata_when_the_call_returns() -
                 before = broker.metadata_requests
                 await admin.create_topics([NewTopic("dry", 1, 1)], validate_only=True)
                 assert broker.metadata_requests == before
+                await admin.create_topics([NewTopic("brief", 1, 1)])
+                await admin.delete_topics(["brief"])
+                assert "brief" not in await admin.list_topics()
             return broker
 
     broker = asyncio.run(asyncio.wait_for(main(), 20))

@@ -5,7 +5,7 @@ A controller acknowledges a new topic (or new partitions) once it has recorded t
 Apache Kafka the brokers learn of it from the metadata log a moment later, and until then
 answer that the topic does not exist. So creating topics or partitions returns once the
 broker's metadata shows them, and the next call (list_offsets, describe_configs, a producer)
-finds them: read your own writes.
+finds them; deleting topics returns once metadata no longer lists them: read your own writes.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def _created(result: CreatableTopicResult) -> CreatedTopic | KayakError:
 async def delete_topics(
     core: AdminCore, names: Collection[str], deadline: Deadline
 ) -> Outcome[str, None]:
-    return await core.run(
+    outcome = await core.run(
         names,
         route=partial(_to_controller, core, deadline=deadline),
         send=partial(_send_delete_topics, core),
@@ -209,6 +209,36 @@ async def delete_topics(
         deadline=deadline,
         what="delete topics",
     )
+    deleted = [name for name, result in outcome.items() if result is None]
+    await await_deleted(core, deleted, deadline)
+    return outcome
+
+
+async def await_deleted(core: AdminCore, names: Collection[str], deadline: Deadline) -> None:
+    """Wait until the broker's metadata no longer shows the deleted ``names`` (the other half
+    of read-your-writes: a list_topics right after delete_topics must not list them).
+
+    Never fails, like :func:`await_partitions`: the topics are deleted whatever metadata says.
+    """
+    waiting = set(names)
+    attempt = 0
+    while waiting and not deadline.expired:
+        try:
+            response = await metadata(core, sorted(waiting), deadline)
+        except KayakError as exc:
+            log.debug("not waiting for %s to leave metadata: %s", sorted(waiting), exc)
+            return
+        shown = {t.name for t in response.topics if not _gone(t)}
+        waiting &= shown
+        if waiting:
+            await core.pause(attempt, deadline)
+            attempt += 1
+    if waiting:
+        log.debug("%s still in the broker's metadata", sorted(waiting))
+
+
+def _gone(topic: MetadataResponseTopic) -> bool:
+    return topic.error_code not in (0, ErrorCode.LEADER_NOT_AVAILABLE)
 
 
 async def _send_delete_topics(
