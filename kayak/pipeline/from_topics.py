@@ -14,9 +14,7 @@ import logging
 from typing import Self
 
 from kayak.errors import KayakError
-from kayak.pipeline.job import ReplicationJob, ReplicationSettings
 from kayak.pipeline.runner import Pipeline
-from kayak.pipeline.transient import ReconnectingTarget
 
 __all__ = ["TopicsPipeline"]
 
@@ -34,28 +32,7 @@ class TopicsPipeline(Pipeline):
         if spec.bootstrap_servers is None:
             raise KayakError("--from-topics reads the topics of a cluster: give -b HOST:PORT")
         spec.work_dir.mkdir(parents=True, exist_ok=True)
-        if self._spark is None:
-            if self._spark_factory is None:
-                from kayak.pipeline.session import local_spark
-
-                self._spark_factory = local_spark
-            self._spark = self._spark_factory()
-        self.target = ReconnectingTarget(spec.target, spec.retry_policy)
-        settings = ReplicationSettings(
-            bootstrap_servers=spec.bootstrap_servers,
-            registry_url=spec.registry_url or "",
-            registry_config=spec.registry_config,
-            checkpoint_dir=str(spec.work_dir / "checkpoint"),
-            target_url=spec.target,
-            topic_pattern=spec.from_topics,
-            max_offsets_per_trigger=spec.max_offsets_per_trigger,
-            dead_letter_topic=f"{spec.prefix}.dead-letter",
-            client_options=spec.client_options,
-            retry=spec.retry_policy,
-            input_format=spec.input_format,
-        )
-        self.job = ReplicationJob(self._spark, settings)
-        self.job.start()
+        self._replicate(topic_pattern=spec.from_topics)
         log.info("replicating topics matching %r (%s) into %s",
                  spec.from_topics, spec.input_format, spec.target)  # fmt: skip
         return self

@@ -419,6 +419,13 @@ class Pipeline:
         self._thread = threading.Thread(target=self._capture_forever, name="kayak-capture")
         self._thread.start()
         self._start_console()  # before Spark's start, so its page shows the capture meanwhile
+        self._replicate(topics=topics)
+        return self
+
+    def _replicate(self, **read: Any) -> None:
+        """Start Spark (unless handed a session), the driver's target and the replication
+        query; ``read`` says what it reads: ``topics=[…]`` or ``topic_pattern=…``."""
+        spec = self.spec
         if self._spark is None:
             if self._spark_factory is None:
                 from kayak.pipeline.session import local_spark
@@ -433,15 +440,15 @@ class Pipeline:
             registry_config=spec.registry_config,
             checkpoint_dir=str(spec.work_dir / "checkpoint"),
             target_url=spec.target,
-            topics=topics,
             max_offsets_per_trigger=spec.max_offsets_per_trigger,
             dead_letter_topic=f"{spec.prefix}.dead-letter",
             client_options=spec.client_options,
             retry=spec.retry_policy,
+            input_format=spec.input_format,
+            **read,
         )
         self.job = ReplicationJob(self._spark, settings)
         self.job.start()
-        return self
 
     # -- the pipeline's web server (/metrics and its page) ----------------------------------
 

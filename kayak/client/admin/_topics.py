@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 
 from kayak.client.admin._core import TOPIC_RETRY, AdminCore, Outcome, Target, item_error
@@ -121,22 +121,39 @@ async def await_partitions(core: AdminCore, counts: Mapping[str, int], deadline:
     Never fails: the topics were created whatever the broker says now. Waiting stops at the
     deadline, or for a topic whose metadata error waiting will not clear (not authorized).
     """
-    waiting = dict(counts)
+    await _await_metadata(core, counts, lambda t: _shows(t, counts[t.name or ""]), deadline)
+
+
+async def await_deleted(core: AdminCore, names: Collection[str], deadline: Deadline) -> None:
+    """Wait until the broker's metadata no longer shows the deleted ``names`` (the other half
+    of read-your-writes: a list_topics right after delete_topics must not list them).
+
+    Never fails, like :func:`await_partitions`: the topics are deleted whatever metadata says.
+    """
+    await _await_metadata(core, names, _gone, deadline)
+
+
+async def _await_metadata(
+    core: AdminCore,
+    names: Collection[str],
+    settled: Callable[[MetadataResponseTopic], bool],
+    deadline: Deadline,
+) -> None:
+    """Ask for ``names``' metadata until each topic is ``settled``, or the deadline passes."""
+    waiting = set(names)
     attempt = 0
     while waiting and not deadline.expired:
         try:
             response = await metadata(core, sorted(waiting), deadline)
         except KayakError as exc:
-            log.debug("not waiting for %s to show in metadata: %s", sorted(waiting), exc)
+            log.debug("not waiting for metadata of %s: %s", sorted(waiting), exc)
             return
-        for topic in response.topics:
-            if topic.name in waiting and _shows(topic, waiting[topic.name]):
-                del waiting[topic.name]
+        waiting -= {t.name for t in response.topics if t.name in waiting and settled(t)}
         if waiting:
             await core.pause(attempt, deadline)
             attempt += 1
     if waiting:
-        log.debug("%s not in the broker's metadata yet", sorted(waiting))
+        log.debug("the broker's metadata has not caught up with %s", sorted(waiting))
 
 
 def _shows(topic: MetadataResponseTopic, count: int) -> bool:
@@ -212,29 +229,6 @@ async def delete_topics(
     deleted = [name for name, result in outcome.items() if result is None]
     await await_deleted(core, deleted, deadline)
     return outcome
-
-
-async def await_deleted(core: AdminCore, names: Collection[str], deadline: Deadline) -> None:
-    """Wait until the broker's metadata no longer shows the deleted ``names`` (the other half
-    of read-your-writes: a list_topics right after delete_topics must not list them).
-
-    Never fails, like :func:`await_partitions`: the topics are deleted whatever metadata says.
-    """
-    waiting = set(names)
-    attempt = 0
-    while waiting and not deadline.expired:
-        try:
-            response = await metadata(core, sorted(waiting), deadline)
-        except KayakError as exc:
-            log.debug("not waiting for %s to leave metadata: %s", sorted(waiting), exc)
-            return
-        shown = {t.name for t in response.topics if not _gone(t)}
-        waiting &= shown
-        if waiting:
-            await core.pause(attempt, deadline)
-            attempt += 1
-    if waiting:
-        log.debug("%s still in the broker's metadata", sorted(waiting))
 
 
 def _gone(topic: MetadataResponseTopic) -> bool:
