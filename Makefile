@@ -61,7 +61,7 @@ $(JVM_LIB)/.fetched: $(JVM_POMS) | java
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
 	rm -rf $(JVM_LIB)/kafka $(JVM_LIB)/spark-kafka $(JVM_LIB)/connect-plugins $(JVM_LIB)/.markers
-	mvn -q -B -f tools/jvm/pom.xml -Djvm.lib=$(abspath $(JVM_LIB)) package
+	mvn -q -B -Dstyle.color=never -f tools/jvm/pom.xml -Djvm.lib=$(abspath $(JVM_LIB)) package
 	@touch $@
 
 # Spark runs on Java 17; machines of this kind have it, others get Debian's headless JRE.
