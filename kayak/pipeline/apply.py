@@ -45,8 +45,8 @@ from kayak.pipeline.decode import (
     changes_by_schema,
     decode_records,
     latest_per_key,
-    make_decoder,
 )
+from kayak.pipeline.input_formats import make_decoder
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.session import parent_of
 from kayak.pipeline.targets import AppliedChange, Target
@@ -95,7 +95,7 @@ class ApplySettings:
     client_options: tuple[tuple[str, str], ...] = ()
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
     registry_config: tuple[tuple[str, str], ...] = ()  # the registry client's settings
-    input_format: str = "kayak"  # of the change topics: kayak.pipeline.decode.INPUT_FORMATS
+    input_format: str = "kayak"  # of the change topics: kayak.pipeline.input_formats.INPUT_FORMATS
 
 
 class ChangeApplier:

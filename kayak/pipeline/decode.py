@@ -25,7 +25,6 @@ from kayak.pipeline.transient import RetryPolicy, call_with_retries, is_transien
 from kayak.serde import AvroDeserializer, SchemaRegistryClient
 
 __all__ = [
-    "INPUT_FORMATS",
     "ChangeDecoder",
     "DecodedChange",
     "EventDecoder",
@@ -33,7 +32,6 @@ __all__ = [
     "UndecodableRecord",
     "decode_records",
     "latest_per_key",
-    "make_decoder",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,24 +87,6 @@ class EventDecoder(Protocol):
     def table(self, schema_id: int) -> TableSchema: ...
 
     def schema(self, schema_id: int) -> dict[str, Any]: ...
-
-
-# --format of `kayak pipeline run`: kayak's own Avro events through the registry, or
-# Debezium's JsonConverter topics (kayak.pipeline.debezium_json).
-INPUT_FORMATS = ("kayak", "debezium-json")
-
-
-def make_decoder(
-    input_format: str, registry_url: str, registry_config: dict[str, str] | None = None
-) -> EventDecoder:
-    """The decoder of one of :data:`INPUT_FORMATS`."""
-    if input_format == "debezium-json":
-        from kayak.pipeline.debezium_json import DebeziumJsonDecoder
-
-        return DebeziumJsonDecoder()
-    if input_format != "kayak":
-        raise ValueError(f"unknown input format {input_format!r}: one of {INPUT_FORMATS}")
-    return ChangeDecoder(registry_url, registry_config)
 
 
 class ChangeDecoder:

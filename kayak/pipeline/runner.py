@@ -246,7 +246,7 @@ class PipelineSpec:
     registry_config: dict[str, str] = field(default_factory=dict)
     # Read existing change topics (a regex) instead of capturing: kayak.pipeline.from_topics.
     from_topics: str | None = None
-    input_format: str = "kayak"  # of the change topics (kayak.pipeline.decode.INPUT_FORMATS)
+    input_format: str = "kayak"  # of the change topics (kayak.pipeline.input_formats)
 
     def __post_init__(self) -> None:
         from kayak.serde.registry import split_registry_properties
