@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from kayak.console import broker_metrics, groups, messages, overview, schemas, topics
+from kayak.console import (
+    broker_metrics,
+    groups,
+    messages,
+    metrics_history,
+    overview,
+    schemas,
+    topics,
+)
 from kayak.console.assets import SCRIPT, STYLE, asset_handler
 from kayak.console.cluster import Clients, ClientSettings, broker_settings
 from kayak.console.layout import PREFIX, SCRIPT_PATH, STYLE_PATH
@@ -97,7 +105,7 @@ def broker_state(server: WebServer, config: BrokerConfig, settings: ClientSettin
         registry=RegistryAccess(registry_url, _registry_tls(config)),
         partition_size=_disk_sizes(config.data_dir),
         listeners=_shard_listeners(config),
-        metrics_history=broker_metrics.BrokerMetricsHistory(
+        metrics_history=metrics_history.BrokerMetricsHistory(
             broker_metrics.published_registry(config)
         ),
         pipeline_link=broker_metrics.pipeline_link_reader(config.data_dir),

@@ -24,7 +24,7 @@ from kayak.console.registry import RegistryAccess, RegistryUnavailableError
 from kayak.errors import KayakError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
-    from kayak.console.broker_metrics import BrokerMetricsHistory
+    from kayak.console.metrics_history import BrokerMetricsHistory
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ConsoleState:
     # every shard's listeners as registered, when inside the broker
     listeners: ListenerFacts | None = None
     started: float = field(default_factory=time.time)
-    # the broker's metrics sampled for the charts (kayak.console.broker_metrics), when inside
+    # the broker's metrics sampled for the charts (kayak.console.metrics_history), when inside
     # the broker; and the address of a pipeline's page when a pipeline runs on this broker
     metrics_history: BrokerMetricsHistory | None = None
     pipeline_link: Callable[[], str | None] | None = None
