@@ -39,11 +39,4 @@ class TopicsPipeline(Pipeline):
 
     def catch_up(self, timeout_s: float = 600.0) -> None:
         """Return once every record in the topics now has been applied."""
-        assert self.job is not None
-        try:
-            self.job.wait_caught_up()
-        except Exception as e:
-            query = self.job.query
-            if query is not None and not query.isActive:
-                self._query_failed(e)
-            raise
+        self._wait_applied()

@@ -530,6 +530,10 @@ class Pipeline:
                 if not self._idle.wait(max(0.0, deadline - time.monotonic())):
                     raise KayakError("capture did not catch up in time")
         self._check_capture()
+        self._wait_applied()
+
+    def _wait_applied(self) -> None:
+        """Return once the replication query has applied every record in its topics now."""
         assert self.job is not None
         try:
             self.job.wait_caught_up()
