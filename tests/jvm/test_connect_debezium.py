@@ -188,3 +188,16 @@ def test_distributed_survives_a_worker_restart(
     assert after[6] is not None and after[6]["after"]["name"] == "while-down"
     assert after[7] is not None and after[7]["before"]["id"] == 2
     distributed_worker.call("DELETE", f"/connectors/{name}")
+    # Deleting is asynchronous: wait until its task let go of the slot, so the database can go.
+    wait_until(
+        lambda: _slot_active(postgres_dsn, f"{prefix}_slot"), lambda active: not active,
+        timeout=60, what="the deleted connector's replication slot to be released",
+    )  # fmt: skip
+
+
+def _slot_active(dsn: str, slot: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return bool(row and row[0])
