@@ -86,13 +86,16 @@ def test_two_members_share_rebalance_and_a_new_member_resumes_from_commits(
                 and not a.assignment() & b.assignment()
                 and a.assignment()
                 and b.assignment()
-                and sum(map(len, got.values())) >= 400
+                and len(set(got[0] + got[1])) >= 400
             ),
         )
         assert a.assignment() and b.assignment()
         assert a.assignment() | b.assignment() == every
         assert not a.assignment() & b.assignment()
-        assert sorted(got[0] + got[1]) == sorted(b"old-%d" % i for i in range(400))
+        # Every record at least once. Nothing is committed yet, so a member that read before
+        # the second one joined (Apache Kafka lets the first join a generation of its own)
+        # hands its partitions over from the start: repeats here are at-least-once, not loss.
+        assert set(got[0] + got[1]) == {b"old-%d" % i for i in range(400)}
         await a.commit()
         await b.commit()
         await b.close()
