@@ -29,7 +29,18 @@ class BrokerConfig:
     max_connections: int = 10_000  # max.connections
     log: LogConfig = field(default_factory=LogConfig)
     retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    # The log cleaner (compaction of cleanup.policy=compact topics)
+    log_cleaner_enable: bool = True  # log.cleaner.enable
+    log_cleaner_threads: int = 1  # log.cleaner.threads (one worker process)
+    log_cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    # log.cleaner.dedupe.buffer.size: the offset map's memory (Kafka's default is 128 MiB;
+    # kayak's is smaller for an embedded broker: more keys only mean more passes)
+    log_cleaner_dedupe_buffer_size: int = 16 * 1024 * 1024
+    log_cleaner_io_buffer_size: int = 512 * 1024  # log.cleaner.io.buffer.size
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # The schema registry's HTTP port (0: ephemeral); None: no registry. Shard 0 serves it.
     schema_registry_port: int | None = None
     schema_registry_host: str | None = None  # default: ``host``
@@ -117,6 +128,14 @@ class BrokerConfig:
         if self.request_receive_timeout_ms < 1:
             raise ConfigError("request.receive.timeout.ms", "must be at least 1")
         self._validate_login_limiter()
+        if self.log_cleaner_threads != 1:
+            raise ConfigError("log.cleaner.threads", "kayak runs one cleaner: must be 1")
+        if self.log_cleaner_dedupe_buffer_size < 1024 * 1024:
+            raise ConfigError("log.cleaner.dedupe.buffer.size", "must be at least 1048576")
+        if self.log_cleaner_backoff_ms < 0 or self.log_cleaner_io_buffer_size < 1024:
+            raise ConfigError(
+                "log.cleaner.backoff.ms", "backoff must be ≥ 0 and io.buffer.size ≥ 1024"
+            )
         self.log.validate()
 
     def _validate_login_limiter(self) -> None:

@@ -3,34 +3,28 @@
 Records use Kafka's own schemas (an int16 version, then ``OffsetCommitKey`` v1 /
 ``OffsetCommitValue`` v3; a null value deletes), so the topic reads like Kafka's. Memory
 holds the current map, rebuilt by replaying the topic on start. A commit is acknowledged only
-after its record went through group commit, i.e. is on disk; only then does memory (what
-OffsetFetch answers) show it.
+once its record, written through the broker's :class:`~kayak.broker.log.LogWriter`, is on disk
+and readable in the topic, whatever ``--flush`` says: Kafka keeps the group coordinator's
+state on replicas, a single node only has its disk. Only then does memory (what OffsetFetch
+answers) show it.
 
-Compaction, without a log cleaner: once the topic has grown to ``compact_factor`` times the
-size of what is still live (and past ``compact_floor_bytes``), the commit that crossed the line
-runs one compaction after its own record is durable:
+Compaction is the log cleaner's (:mod:`kayak.broker.log.cleaner`), as for any topic with
+``cleanup.policy=compact``; the topic has Kafka's ``offsets.topic.segment.bytes`` (100 MiB)
+segments. Replay gives the same committed offsets before and after any cleaning, because:
 
-1. roll: a new segment starts at offset ``S``;
-2. copy: every live entry is appended again after ``S``, in as many batches as needed, each
-   under the topic's ``max.message.bytes``, each synced before the next is built;
-3. prefix truncation: the log start offset becomes ``S`` and the older segments are deleted.
-
-Only one compaction runs at a time. Other commits go on meanwhile (the copy yields at every
-sync), and are not lost: a key written after the roll already has a record after ``S`` and
-is not copied again, so a copy never lands after a newer commit of its key; a commit appended
-before the roll but not yet acknowledged is copied with its new value, not memory's older one.
-
-Why a crash (even ``kill -9``) at any point replays to the same committed offsets: replay
-applies records in log order, so a key's value is that of its last record, and each step
-keeps every key's last value. The roll writes nothing. A copy batch holds, for keys not
-written since the roll, a duplicate of each key's last record; a crash after some batches
-leaves the old segments whole plus duplicates. Truncation starts only once every copy is on
-disk, so then every live key has its last record at or after ``S``; a key whose last record
-is before ``S`` is deleted or was never live, and losing that record changes nothing. The new
-log start is checkpointed (atomically) before any segment is deleted, so a crash in the middle
-of the truncation replays from ``S``, with every live entry there. A failed compaction (a
-full disk, say) is logged and retried once the log has grown further; it never fails the
-commit that started it, whose own record was durable before the compaction began.
+- the cleaner keeps each key's last record, at its own offset, and replay applies records in
+  offset order, so the last record of a key still decides its value;
+- a tombstone is kept ``delete.retention.ms`` after the cleaning that first reached it, and
+  once it goes, every older record of its key went before it (nothing is left to delete);
+- the records of an aborted transaction are dropped by the cleaner (replay would have
+  dropped them at the ABORT marker), and a marker is kept as long as its transaction has any
+  record left (Kafka's rules), so a committed transaction's offsets still meet their COMMIT;
+- offsets committed in a transaction count at its COMMIT marker only if their record comes
+  after the record of the offset already committed (Kafka's ``recordOffset`` rule), and a
+  tombstone drops the pending transactional offsets of its key written before it. Without
+  these two rules, removing an older record (the cleaner's job) could change which value
+  wins: with them, the winner depends only on the last records of each key, which the
+  cleaner keeps. The live path applies the same rules, so memory never differs from replay.
 """
 
 from __future__ import annotations
@@ -39,38 +33,39 @@ import contextlib
 import logging
 import struct
 import time
-from dataclasses import dataclass, field
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.group.offsets import CommittedOffset, OffsetStoreError
-from kayak.broker.log import GroupCommit, PartitionLog
-from kayak.broker.log.replay import replay_records
-from kayak.errors import ErrorCode, KafkaError, KayakError, TopicExistsError
+from kayak.broker.log import LogWriter, PartitionLog
+from kayak.broker.log.producer_state import next_sequence
+from kayak.broker.log.replay import replay_batches
+from kayak.errors import KafkaError, KayakError, TopicExistsError
 from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey
 from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue
 from kayak.protocol.primitives import INT16
 from kayak.protocol.records import build_record_batch
-from kayak.protocol.records.record import BATCH_HEADER_SIZE, Record
+from kayak.protocol.records.batch import parse_control_record
+from kayak.protocol.records.record import ControlRecordType, Record
+from kayak.protocol.records.scanner import BatchHeader
 
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
 KEY_VERSION, VALUE_VERSION = 1, 3
 GROUP_METADATA_KEY_VERSION = 2
+# Kafka's settings of the topic where they matter for cleaning: compacted, in segments of
+# offsets.topic.segment.bytes (100 MiB), so that the cleaner gets sealed segments to clean
+# long before the 1 GiB default would roll one.
+TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 # What decoding a key or value that is not an offset commit of ours can raise: anything can be
 # in the topic (written by an older kayak, another tool, or a client before produces to it
 # were refused), and one such record must not stop the broker from starting.
 _UNDECODABLE = (KayakError, struct.error, ValueError, IndexError, OverflowError)
-# Rewrite the live entries once the topic is this much larger than them (and past a floor).
-# Read when a store is made: a test may lower them first.
-COMPACT_FACTOR, COMPACT_FLOOR_BYTES = 4, 8 * 1024 * 1024
-# Bytes of a live entry in a compacted log beyond its group, topic and metadata strings:
-# the fixed key and value fields and the record framing (a slight overestimate, so that a
-# freshly compacted log never looks due for compaction again).
-_ENTRY_FIXED_BYTES = 48
 
 Key = tuple[str, int]  # (topic, partition) within a group
 Slot = tuple[str, str, int]  # (group, topic, partition): one key of the topic
+# A transaction's offsets until its marker: per key, (offset of its record, value).
+TxnOffsets = dict[Slot, tuple[int, CommittedOffset | None]]
 
 
 def encode_key(group: str, topic: str, partition: int) -> bytes:
@@ -87,63 +82,56 @@ def encode_value(committed: CommittedOffset) -> bytes:
     return INT16.pack(VALUE_VERSION) + value.encode(VALUE_VERSION)
 
 
-def _entry_bytes(slot: Slot, committed: CommittedOffset) -> int:
-    """About what one live entry takes in a compacted log (never much less)."""
-    return _ENTRY_FIXED_BYTES + len(slot[0]) + len(slot[1]) + len(committed.metadata)
-
-
-@dataclass(slots=True)
-class _Compaction:
-    """One compaction under way: where its copies start and what it still has to copy."""
-
-    start: int  # the offset of the roll; everything before it goes at the end
-    slots: list[Slot]  # the live keys when it started, copied in this order
-    cursor: int = 0  # slots[:cursor] are copied (or skipped)
-    written: set[Slot] = field(default_factory=set)  # appended since the roll: not copied
-    batches: int = 0
+def open_internal_topic(
+    catalog: TopicCatalog, name: str, shard_count: int, configs: dict[str, str]
+) -> None:
+    """Create internal topic ``name`` with ``configs`` (one partition per shard, owned by
+    that shard), or give an existing one the settings of ``configs`` it lacks: a data
+    directory from before they were set gets them, an override someone chose stays."""
+    topic = catalog.get(name)
+    if topic is None:
+        with contextlib.suppress(TopicExistsError):
+            catalog.create(name, shard_count, dict(configs), internal=True,
+                           owners=list(range(shard_count)))  # fmt: skip
+        return
+    missing = {k: v for k, v in configs.items() if k not in topic.overrides}
+    if not missing:
+        return
+    try:
+        catalog.alter_configs(name, {**topic.overrides, **missing})
+    except KafkaError as exc:  # the topic still works with what it has
+        log.warning("%s: cannot add the settings %s: %s", name, missing, exc)
+        return
+    log.info("%s: added the settings %s", name, missing)
 
 
 class ConsumerOffsetsTopic:
     """An offset store (see :class:`~kayak.broker.group.offsets.OffsetStore`) on a topic."""
 
     def __init__(
-        self,
-        catalog: TopicCatalog,
-        commit: GroupCommit,
-        node_id: int = 0,
-        shard_count: int = 1,
-        *,
-        compact_factor: int | None = None,
-        compact_floor_bytes: int | None = None,
+        self, catalog: TopicCatalog, writer: LogWriter, node_id: int = 0, shard_count: int = 1
     ) -> None:
         # One partition per shard, owned by that shard: a group's offsets live with its
         # coordinator.
-        if catalog.get(TOPIC) is None:
-            with contextlib.suppress(TopicExistsError):
-                catalog.create(TOPIC, shard_count, {"cleanup.policy": "compact"}, internal=True,
-                               owners=list(range(shard_count)))  # fmt: skip
+        open_internal_topic(catalog, TOPIC, shard_count, TOPIC_CONFIGS)
         # Offline (damaged on disk): the broker still starts; commits here fail until repaired.
         self._partition: Partition = catalog.partition(TOPIC, node_id, online=False)
-        self._commit = commit
-        self._factor = COMPACT_FACTOR if compact_factor is None else compact_factor
-        self._floor = COMPACT_FLOOR_BYTES if compact_floor_bytes is None else compact_floor_bytes
+        self._writer = writer
         self._groups: dict[str, dict[Key, CommittedOffset]] = {}  # acknowledged only
-        # Running totals of _groups, so that deciding to compact costs nothing per commit.
-        self._live_entries = 0
-        self._live_bytes = 0
+        # The offset of the record each value in _groups comes from (Kafka's recordOffset).
+        self._record_offsets: dict[Slot, int] = {}
         # Appended, not yet acknowledged: (write number, value or None for a deletion) of each
-        # key's latest write. A compaction copies these, not memory's older values.
+        # key's latest write, so that an older write settling late never shows over it.
         self._pending: dict[Slot, tuple[int, CommittedOffset | None]] = {}
         self._writes = 0
-        self._compaction: _Compaction | None = None
-        self._retry_at_bytes = 0  # after a failed compaction: wait for the log to grow
-        self.compactions = 0  # compactions started, for tests and metrics
+        # Offsets committed inside open transactions, by producer id, until their marker.
+        self._txn_pending: dict[int, TxnOffsets] = {}
         self._replay()
 
     @property
     def live_entries(self) -> int:
         """How many (group, topic, partition) commits are live."""
-        return self._live_entries
+        return len(self._record_offsets)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -171,31 +159,32 @@ class ConsumerOffsetsTopic:
     ) -> None:
         committed = CommittedOffset(offset, leader_epoch, metadata, commit_timestamp)
         await self._write([((group, topic, partition), committed)])
-        if self._compaction_due():
-            await self._compact_logging_failure()
 
     async def delete_group(self, group: str) -> None:
         slots = [(group, topic, partition) for topic, partition in self._groups.get(group, {})]
-        # A first commit still on its way to disk must not come back after the deletion.
-        slots += [
-            slot
-            for slot, (_, value) in self._pending.items()
-            if slot[0] == group and value is not None
-        ]
+        # A first commit still on its way to disk, or one of an open transaction, must not
+        # come back after the deletion (as Kafka, which also deletes pending offsets).
+        slots += [slot for slot in self._uncommitted_slots() if slot[0] == group]
         if slots:
             await self._write([(slot, None) for slot in dict.fromkeys(slots)])
 
     async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
         """Tombstones for these (topic, partition) commits of ``group`` (OffsetDelete);
-        pending first commits count, as in :meth:`delete_group`."""
+        pending commits count, as in :meth:`delete_group`."""
         committed = self._groups.get(group, {})
+        uncommitted = set(self._uncommitted_slots())
         slots = [
             (group, topic, partition)
             for topic, partition in dict.fromkeys(partitions)
-            if (topic, partition) in committed or (group, topic, partition) in self._pending
+            if (topic, partition) in committed or (group, topic, partition) in uncommitted
         ]
         if slots:
             await self._write([(slot, None) for slot in slots])
+
+    def _uncommitted_slots(self) -> list[Slot]:
+        """Keys with a commit not yet acknowledged or held by an open transaction."""
+        slots = [slot for slot, (_, value) in self._pending.items() if value is not None]
+        return slots + [slot for pending in self._txn_pending.values() for slot in pending]
 
     async def _write(self, entries: list[tuple[Slot, CommittedOffset | None]]) -> None:
         """Append ``entries`` as one batch; once on disk, memory shows them."""
@@ -203,52 +192,68 @@ class ConsumerOffsetsTopic:
         values = [None if value is None else encode_value(value) for _, value in entries]
         plog = self._partition.log
         try:
-            plog.append(build_record_batch(values, keys=keys, timestamp=_now_ms()))
+            appended = self._writer.append(
+                plog, build_record_batch(values, keys=keys, timestamp=_now_ms())
+            )
         except (KafkaError, OSError) as exc:
             raise OffsetStoreError.wrapping(f"cannot append to {TOPIC}", exc) from exc
         self._writes += 1
         write = self._writes
         for slot, value in entries:
             self._pending[slot] = (write, value)
-            if self._compaction is not None:
-                self._compaction.written.add(slot)
         acknowledged = False
         try:
             await self._sync(plog)
             acknowledged = True
         finally:
-            self._settle(entries, write, acknowledged)
+            self._settle(entries, write, appended.base_offset, acknowledged)
 
     async def _sync(self, plog: PartitionLog) -> None:
         try:
-            await self._commit.sync(plog)
+            await self._writer.durable(plog, on_disk=True)
         except (KafkaError, OSError) as exc:
             raise OffsetStoreError.wrapping(f"cannot sync {TOPIC}", exc) from exc
 
     def _settle(
-        self, entries: list[tuple[Slot, CommittedOffset | None]], write: int, acknowledged: bool
+        self,
+        entries: list[tuple[Slot, CommittedOffset | None]],
+        write: int,
+        base_offset: int,
+        acknowledged: bool,
     ) -> None:
-        for slot, value in entries:
+        for i, (slot, value) in enumerate(entries):
             if self._pending.get(slot, (None, None))[0] != write:
                 continue  # a later write of this key is pending: it decides what memory shows
             del self._pending[slot]
             if acknowledged:
-                self._set(slot, value)
+                self._apply_record(slot, value, base_offset + i)
 
-    def _set(self, slot: Slot, value: CommittedOffset | None) -> None:
-        """Make memory (and its running totals) show ``value`` for ``slot``."""
+    def _apply_record(self, slot: Slot, value: CommittedOffset | None, record_offset: int) -> None:
+        """A (non-transactional) record of ``slot`` at ``record_offset`` is durable: as
+        Kafka's replay, a tombstone also drops the slot's transactional offsets written
+        before it."""
+        if value is None:
+            for pending in self._txn_pending.values():
+                if pending.get(slot, (record_offset,))[0] < record_offset:
+                    del pending[slot]
+        self._set(slot, value, record_offset)
+
+    def _set(self, slot: Slot, value: CommittedOffset | None, record_offset: int) -> None:
+        """Make memory show ``value`` for ``slot``, unless what it shows comes from a later
+        record (a transaction whose COMMIT was applied before this write settled)."""
+        if self._record_offsets.get(slot, -1) > record_offset:
+            return
         group, topic, partition = slot
         entries = self._groups.get(group)
-        old = entries.pop((topic, partition), None) if entries is not None else None
-        if old is not None:
-            self._live_entries -= 1
-            self._live_bytes -= _entry_bytes(slot, old)
         if value is not None:
             self._groups.setdefault(group, {})[(topic, partition)] = value
-            self._live_entries += 1
-            self._live_bytes += _entry_bytes(slot, value)
-        elif entries is not None and not entries:
-            del self._groups[group]
+            self._record_offsets[slot] = record_offset
+            return
+        self._record_offsets.pop(slot, None)
+        if entries is not None:
+            entries.pop((topic, partition), None)
+            if not entries:
+                del self._groups[group]
 
     # -- replay -------------------------------------------------------------------------
 
@@ -261,35 +266,49 @@ class ConsumerOffsetsTopic:
             return
         count = 0
         try:
-            for record in replay_records(plog):
-                count += self._replay_record(plog.directory.name, record)
+            for header, records in replay_batches(plog):
+                count += self._replay_batch(plog.directory.name, header, records)
         except KafkaError as exc:
             # The log itself cannot be walked further (not one bad record): serving what was
             # read so far would move committed offsets back, so refuse instead.
             self._groups.clear()
-            self._live_entries = self._live_bytes = 0
+            self._record_offsets.clear()
             plog.take_offline(f"replaying {TOPIC} failed: {exc}")
             return
         if count:
             log.info(
                 "restored %d offsets of %d groups from %d records",
-                self._live_entries,
+                self.live_entries,
                 len(self._groups),
                 count,
             )
 
-    def _replay_record(self, partition: str, record: Record) -> int:
+    def _replay_batch(self, partition: str, header: BatchHeader, records: list[Record]) -> int:
+        """Apply one batch: a transaction's offsets wait for its marker, as when written."""
+        if header.is_control:
+            if records:
+                marker = parse_control_record(records[0], header.base_offset)
+                self.marker_written(0, header.producer_id, marker.type is ControlRecordType.COMMIT)
+            return 0
+        pending = None
+        if header.is_transactional and records:
+            pending = self._txn_pending.setdefault(header.producer_id, {})
+        return sum(self._replay_record(partition, record, pending) for record in records)
+
+    def _replay_record(self, partition: str, record: Record, pending: TxnOffsets | None) -> int:
         """Apply one record; 1 if it was an offset commit or deletion, else 0."""
         try:
             if record.key is None:
                 raise ValueError("it has no key")
-            return self._apply(record.key, record.value)
+            return self._apply(record.key, record.value, record.offset, pending)
         except _UNDECODABLE as exc:
             log.warning("%s offset %d: skipping a record that is not an offset commit: %s",
                         partition, record.offset, exc)  # fmt: skip
             return 0
 
-    def _apply(self, key: bytes, value: bytes | None) -> int:
+    def _apply(
+        self, key: bytes, value: bytes | None, record_offset: int, pending: TxnOffsets | None
+    ) -> int:
         key_version = INT16.unpack_from(key)[0]
         if key_version == GROUP_METADATA_KEY_VERSION:
             return 0  # Kafka's group metadata: membership is rebuilt by rejoining
@@ -297,152 +316,61 @@ class ConsumerOffsetsTopic:
             raise ValueError(f"unknown key version {key_version}")
         decoded = OffsetCommitKey.decode(key[2:], key_version)
         slot = (decoded.group, decoded.topic, decoded.partition)
-        if value is None:
-            self._set(slot, None)
-            return 1
-        v = OffsetCommitValue.decode(value[2:], INT16.unpack_from(value)[0])
-        self._set(slot, CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp))
+        committed = None
+        if value is not None:
+            v = OffsetCommitValue.decode(value[2:], INT16.unpack_from(value)[0])
+            committed = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+        if pending is not None:
+            pending[slot] = (record_offset, committed)
+        else:
+            self._apply_record(slot, committed, record_offset)
         return 1
 
-    # -- compaction ---------------------------------------------------------------------
+    # -- transactions (TxnOffsetCommit) -------------------------------------------------
 
-    def _compaction_due(self) -> bool:
-        if self._compaction is not None:
-            return False
-        threshold = max(self._floor, self._factor * self._live_bytes, self._retry_at_bytes)
-        return self._partition.log.size_in_bytes >= threshold
-
-    async def _compact_logging_failure(self) -> None:
-        try:
-            await self.compact()
-        except OffsetStoreError as exc:
-            # Nothing is lost (see the module docstring); try again after more growth.
-            self._retry_at_bytes = self._partition.log.size_in_bytes + self._floor
-            log.warning(
-                "compaction of %s failed (%s), will retry later: %s", TOPIC, exc.cause.name, exc
-            )
-
-    async def compact(self) -> bool:
-        """Rewrite the live entries after a roll and cut off everything before them.
-
-        Returns False, doing nothing, while another compaction runs. Raises
-        :class:`OffsetStoreError` if a step fails; the log then still replays correctly.
-        """
-        if self._compaction is not None:
-            return False
+    async def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        epoch: int,
+        offsets: list[tuple[str, int, CommittedOffset]],
+    ) -> None:
+        """Append offsets committed inside a transaction; they count once its COMMIT marker
+        is written here (:meth:`marker_written`), and never if it aborts."""
         plog = self._partition.log
-        self.compactions += 1
-        started = time.monotonic()
-        # Roll and take the list of live keys with no await in between: every write from
-        # here on is after the roll and is recorded in ``written``.
+        state = plog.producers.get(producer_id)
+        sequence = 0
+        if state is not None and state.epoch == epoch and state.batches:
+            sequence = next_sequence(state.batches[-1].last_seq)
+        slots = [((group, topic, partition), value) for topic, partition, value in offsets]
+        batch = build_record_batch(
+            [encode_value(value) for _, value in slots],
+            keys=[encode_key(*slot) for slot, _ in slots],
+            timestamp=_now_ms(), producer_id=producer_id, producer_epoch=epoch,
+            base_sequence=sequence, is_transactional=True,
+        )  # fmt: skip
         try:
-            compaction = self._start_compaction(plog)
+            appended = self._writer.append(plog, batch)
         except (KafkaError, OSError) as exc:
-            raise OffsetStoreError.wrapping(f"cannot roll {TOPIC}", exc) from exc
-        try:
-            while batch := self._next_copy_batch(compaction, plog.config.max_message_bytes):
-                await self._copy(plog, batch)
-                compaction.batches += 1
-            self._truncate(plog, compaction.start)
-        finally:
-            self._compaction = None
-        self._retry_at_bytes = 0
-        log.info(
-            "compacted %s: %d live entries in %d batches from offset %d (%d bytes) in %.2fs",
-            TOPIC,
-            len(compaction.slots),
-            compaction.batches,
-            compaction.start,
-            plog.size_in_bytes,
-            time.monotonic() - started,
-        )
-        return True
+            raise OffsetStoreError.wrapping(f"cannot append to {TOPIC}", exc) from exc
+        pending = self._txn_pending.setdefault(producer_id, {})
+        for i, (slot, value) in enumerate(slots):
+            pending[slot] = (appended.base_offset + i, value)
+        await self._sync(plog)
 
-    def _start_compaction(self, plog: PartitionLog) -> _Compaction:
-        plog.roll()
-        live = [(g, t, p) for g, entries in self._groups.items() for t, p in entries]
-        live += [slot for slot, (_, value) in self._pending.items() if value is not None]
-        compaction = _Compaction(plog.log_end_offset, list(dict.fromkeys(live)))
-        self._compaction = compaction
-        log.info(
-            "compacting %s: %d live entries, %d bytes, copies from offset %d",
-            TOPIC,
-            len(compaction.slots),
-            plog.size_in_bytes,
-            compaction.start,
-        )
-        return compaction
+    def marker_written(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker is durable in the topic: its offsets count (each unless a
+        later record of its key already counts), or are dropped."""
+        pending = self._txn_pending.pop(producer_id, None)
+        if pending and commit:
+            for slot, (record_offset, value) in pending.items():
+                self._set(slot, value, record_offset)
 
-    def _live_value(self, slot: Slot) -> CommittedOffset | None:
-        """The value of ``slot``'s last record: a pending write's, else memory's."""
-        pending = self._pending.get(slot)
-        if pending is not None:
-            return pending[1]
-        return self._groups.get(slot[0], {}).get((slot[1], slot[2]))
-
-    def _next_copy_batch(self, compaction: _Compaction, max_bytes: int) -> bytes | None:
-        """The next batch of live entries not written since the roll, at most ``max_bytes``."""
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        size = BATCH_HEADER_SIZE
-        while compaction.cursor < len(compaction.slots):
-            slot = compaction.slots[compaction.cursor]
-            value = None if slot in compaction.written else self._live_value(slot)
-            if value is None:  # rewritten or deleted since the roll: nothing to copy
-                compaction.cursor += 1
-                continue
-            key, encoded = encode_key(*slot), encode_value(value)
-            record_bytes = _record_size(len(keys), key, encoded)
-            if size + record_bytes > max_bytes:
-                if keys:
-                    break
-                raise OffsetStoreError(
-                    f"the entry of group {slot[0]} for {slot[1]}-{slot[2]} cannot fit a batch "
-                    f"of max.message.bytes {max_bytes}",
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                )
-            keys.append(key)
-            values.append(encoded)
-            size += record_bytes
-            compaction.cursor += 1
-        if not keys:
-            return None
-        return build_record_batch(values, keys=keys, timestamp=_now_ms())
-
-    async def _copy(self, plog: PartitionLog, batch: bytes) -> None:
-        try:
-            plog.append(batch)
-        except (KafkaError, OSError) as exc:
-            raise OffsetStoreError.wrapping(f"cannot copy live entries of {TOPIC}", exc) from exc
-        await self._sync(plog)  # on disk before truncation; commits run meanwhile
-
-    def _truncate(self, plog: PartitionLog, start: int) -> None:
-        try:
-            plog.delete_records_before(start)
-        except (KafkaError, OSError) as exc:
-            raise OffsetStoreError.wrapping(f"cannot truncate {TOPIC}", exc) from exc
-
-
-def _record_size(offset_delta: int, key: bytes, value: bytes) -> int:
-    """Bytes of a v2 record with one timestamp for its whole batch (delta 0), no headers."""
-    body = (
-        2  # attributes, timestamp delta
-        + _varint_size(offset_delta)
-        + _varint_size(len(key))
-        + len(key)
-        + _varint_size(len(value))
-        + len(value)
-        + 1  # header count
-    )
-    return _varint_size(body) + body
-
-
-def _varint_size(n: int) -> int:
-    zigzag, size = (n << 1) ^ (n >> 63), 1
-    while zigzag >= 0x80:
-        zigzag >>= 7
-        size += 1
-    return size
+    def pending_transactional(self, group: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset for this partition (KIP-447: a
+        read_committed consumer waits for it, UNSTABLE_OFFSET_COMMIT)."""
+        slot = (group, topic, partition)
+        return any(slot in pending for pending in self._txn_pending.values())
 
 
 def _now_ms() -> int:

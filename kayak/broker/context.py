@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
-from kayak.broker.log import GroupCommit
+from kayak.broker.log import GroupCommit, LogWriter
 from kayak.broker.shards import ShardAddress, ShardRegistry
 from kayak.protocol.messages.request_header import RequestHeader
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from kayak.broker.security.authenticator import SaslAuthenticator
     from kayak.broker.security.credentials import CredentialStore
     from kayak.broker.security.session import ConnectionSession
+    from kayak.broker.txn.coordinator import TransactionCoordinator
+    from kayak.broker.txn.markers import MarkerWriter
 
 
 @dataclass(eq=False)
@@ -26,13 +28,15 @@ class BrokerContext:
 
     config: BrokerConfig
     catalog: TopicCatalog
-    commit: GroupCommit
+    writer: LogWriter  # every append goes through it: durability and fetchers' wake-ups
     cluster_id: str
     host: str = "127.0.0.1"
     port: int = 0
     shards: ShardRegistry | None = None
     coordinator: GroupCoordinator | None = None
     producer_ids: ProducerIdAllocator | None = None
+    transactions: TransactionCoordinator | None = None  # for the ids that hash to this shard
+    markers: MarkerWriter | None = None  # transaction markers into this shard's partitions
     credentials: CredentialStore | None = None  # SASL/SCRAM users
     authenticator: SaslAuthenticator | None = None  # SASL exchanges, failed-login limits
     authorizer: Authorizer | None = None  # ACLs
@@ -40,6 +44,11 @@ class BrokerContext:
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    @property
+    def commit(self) -> GroupCommit:
+        """The writer's group commit (what drains a partition before a handoff)."""
+        return self.writer.commit
 
     def cluster(self) -> list[ShardAddress]:
         """Every shard's address (just this broker's when it runs alone)."""

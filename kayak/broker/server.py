@@ -25,10 +25,12 @@ from typing import Any
 from kayak.broker.catalog import TopicCatalog, remove_orphans
 from kayak.broker.config import BrokerConfig
 from kayak.broker.connection import BrokerConnection, ConnectionTracker
+from kayak.broker.consumer_offsets import TOPIC as CONSUMER_OFFSETS
 from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext
 from kayak.broker.group import GroupCoordinator, GroupCoordinatorConfig
-from kayak.broker.log import GroupCommit
+from kayak.broker.log import LogWriter
+from kayak.broker.log.cleaner.manager import LogCleaner
 from kayak.broker.log.files import (
     DirectoryLock,
     exclusive_lock,
@@ -54,6 +56,9 @@ from kayak.broker.security.listeners import Listener, SecurityProtocol
 from kayak.broker.security.session import ConnectionSession
 from kayak.broker.security.tls import ktls_available, server_context
 from kayak.broker.shards import ShardAddress, ShardRegistry
+from kayak.broker.txn.coordinator import TransactionCoordinator
+from kayak.broker.txn.markers import MarkerWriter
+from kayak.broker.txn.state_log import TransactionStateLog
 from kayak.broker.web import WebMount
 from kayak.errors import KafkaError
 
@@ -111,6 +116,8 @@ class Broker:
         self._tracker: ConnectionTracker | None = None
         self._sweep: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
+        self._cleaner: asyncio.Task[None] | None = None
+        self._transaction_timeouts: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._registry: SchemaRegistry | None = None
         self._web_mounts = tuple(web_mounts)
@@ -155,7 +162,7 @@ class Broker:
         catalog.open(clean_shutdown=clean)
         if config.node_id == 0:
             remove_orphans(config.data_dir, catalog)
-        self.context = BrokerContext(config, catalog, GroupCommit(config.flush), cluster_id)
+        self.context = BrokerContext(config, catalog, LogWriter(config.flush), cluster_id)
         self.context.shards = ShardRegistry(config.data_dir, config.shard_count)
         await self._start_extensions(self.context)
         loop = asyncio.get_running_loop()
@@ -172,6 +179,9 @@ class Broker:
         )
         self._sweep = loop.create_task(self._sweep_loop(self._tracker))
         self._retention = loop.create_task(self._retention_loop())
+        if config.log_cleaner_enable:
+            self._cleaner = loop.create_task(LogCleaner.for_broker(config).run(catalog.partitions))
+        self._transaction_timeouts = loop.create_task(self._transaction_loop())
         if config.schema_registry_port is not None and config.node_id == 0:
             await self._start_registry()
         if config.shard_count > 1:
@@ -260,10 +270,11 @@ class Broker:
             group_initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms
         )
         offsets = ConsumerOffsetsTopic(
-            context.catalog, context.commit, self.config.node_id, self.config.shard_count
+            context.catalog, context.writer, self.config.node_id, self.config.shard_count
         )
         context.coordinator = GroupCoordinator(coordinator_config, offsets)
         self._offsets = offsets
+        await self._start_transactions(context)
         context.credentials = CredentialStore.open(self.config.data_dir)
         context.authenticator = SaslAuthenticator(self.config)
         context.authorizer = Authorizer.open(self.config.data_dir, self.config)
@@ -277,7 +288,7 @@ class Broker:
         metrics.catalog = context.catalog
         metrics.connections = tracker
         metrics.offsets = self._offsets
-        context.commit.observer = metrics.flush
+        context.writer.observer = metrics.flush
         config = self.config
         local = BrokerCollector(metrics)
         if config.node_id == 0:
@@ -295,7 +306,7 @@ class Broker:
         assert port is not None
         authenticator = self.context.authenticator
         registry = SchemaRegistry(
-            self.context.catalog, host, port,
+            self.context.catalog, self.context.writer, host, port,
             config=self.config, credentials=self.context.credentials,
             # The SASL logins' limiter: HTTP basic auth is no way around it.
             limiter=authenticator.limiter if authenticator is not None else None,
@@ -327,7 +338,13 @@ class Broker:
         self._servers = []
         if self._tracker is not None:
             self._tracker.close_all()
-        for task in (self._sweep, self._retention, self._refresh):
+        for task in (
+            self._sweep,
+            self._retention,
+            self._refresh,
+            self._transaction_timeouts,
+            self._cleaner,
+        ):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -336,7 +353,7 @@ class Broker:
         if context is not None:
             if context.coordinator is not None:
                 await context.coordinator.close()
-            context.commit.close()
+            context.writer.close()
             if context.catalog.close():
                 marker = clean_shutdown_marker(
                     self.config.data_dir, self.config.node_id, self.config.shard_count
@@ -459,6 +476,41 @@ class Broker:
         while True:
             await asyncio.sleep(tracker.sweep_interval)
             tracker.sweep()
+
+    async def _start_transactions(self, context: BrokerContext) -> None:
+        """The transaction coordinator, its state replayed from ``__transaction_state``;
+        transactions decided before a crash get their markers now."""
+        config = self.config
+        allocator = context.producer_ids
+        assert allocator is not None
+        shards, node_id = config.shard_count, config.node_id
+        context.markers = MarkerWriter(context.catalog, context.writer)
+        if self._offsets is not None:  # offsets committed in transactions wait for markers
+            context.markers.listen(CONSUMER_OFFSETS, self._offsets)
+        context.transactions = TransactionCoordinator(
+            TransactionStateLog(context.catalog, context.writer, node_id, shards),
+            allocator,
+            context.markers,
+            offsets_partition_for=context.coordinator_for,
+            # Shards interleave producer ids, as InitProducerId without a transactional id does.
+            allocate_id=lambda: allocator.allocate() * shards + node_id,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+        )
+        await context.transactions.resume()
+
+    async def _transaction_loop(self) -> None:
+        """Abort transactions open past their timeout; retry markers that failed."""
+        interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            coordinator = self.context.transactions if self.context is not None else None
+            if coordinator is None:
+                continue
+            try:
+                await coordinator.abort_timed_out()
+                await coordinator.resume()
+            except (OSError, KafkaError):
+                log.exception("aborting timed-out transactions failed")
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000

@@ -49,6 +49,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # protocol answers (see handlers/consumer_protocol.py): a consumer with
     # group.protocol=consumer then fails at once instead of waiting in silence. v1 because
     # librdkafka sends nothing to a broker without it (Kafka 4.0 advertises 0-1).
+    # Transactions as Kafka 3.9 serves them. AddPartitionsToTxn v4+ is broker to broker
+    # (KIP-890 verification); EndTxn v5 and Produce v12 belong to transaction.version 2, which
+    # kayak does not advertise (see kayak/broker/txn/coordinator.py).
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
 }

@@ -122,6 +122,22 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
     help="group.initial.rebalance.delay.ms",
 )
 @click.option(
+    "--transaction-max-timeout-ms",
+    type=click.IntRange(1),
+    default=900_000,
+    show_default=True,
+    help="transaction.max.timeout.ms: the longest transaction.timeout.ms a producer may ask for.",
+)
+@click.option(
+    "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+    "transaction_cleanup_interval_ms",
+    type=click.IntRange(1),
+    default=10_000,
+    show_default=True,
+    help="transaction.abort.timed.out.transaction.cleanup.interval.ms: how often transactions "
+    "open past their timeout are aborted.",
+)
+@click.option(
     "--shards",
     type=click.IntRange(1, 64),
     default=1,
@@ -176,6 +192,19 @@ _FILE = click.Path(dir_okay=False, path_type=Path)
     default=300_000,
     show_default=True,
     help="log.retention.check.interval.ms: how often old segments are deleted.",
+)
+@click.option(
+    "--log-cleaner-backoff-ms",
+    type=click.IntRange(0),
+    default=15_000,
+    show_default=True,
+    help="log.cleaner.backoff.ms: how often compacted topics are checked for cleaning.",
+)
+@click.option(
+    "--log-cleaner-enable/--no-log-cleaner-enable",
+    default=True,
+    show_default=True,
+    help="log.cleaner.enable: compact topics with cleanup.policy=compact.",
 )
 @click.option(
     "--listeners",
@@ -253,6 +282,8 @@ def broker(
     flush: str,
     num_partitions: int,
     group_initial_rebalance_delay_ms: int,
+    transaction_max_timeout_ms: int,
+    transaction_cleanup_interval_ms: int,
     shards: int,
     schema_registry_port: int,
     no_schema_registry: bool,
@@ -262,6 +293,8 @@ def broker(
     max_connections: int,
     socket_request_max_bytes: int,
     retention_check_interval_ms: int,
+    log_cleaner_backoff_ms: int,
+    log_cleaner_enable: bool,
     listeners: tuple[Listener, ...],
     advertised_listeners: tuple[Listener, ...],
     ssl_certificate_location: Path | None,
@@ -327,7 +360,13 @@ def broker(
         "flush": FlushMode(flush),
         "num_partitions": num_partitions,
         "group_initial_rebalance_delay_ms": group_initial_rebalance_delay_ms,
+        "transaction_max_timeout_ms": transaction_max_timeout_ms,
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms": (
+            transaction_cleanup_interval_ms
+        ),
         "retention_check_interval_ms": retention_check_interval_ms,
+        "log_cleaner_backoff_ms": log_cleaner_backoff_ms,
+        "log_cleaner_enable": log_cleaner_enable,
         "max_connections": max_connections,
         "socket_request_max_bytes": socket_request_max_bytes,
         "schema_registry_port": None if no_schema_registry else schema_registry_port,

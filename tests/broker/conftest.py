@@ -26,6 +26,7 @@ class BrokerProcess:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
 
     @property
     def bootstrap_servers(self) -> str:
@@ -44,7 +45,8 @@ class BrokerProcess:
             "--schema-registry-port", "0",  # never the default 8081: many brokers run at once
             *self.extra_args,
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=log, stderr=log)
+        env = {**os.environ, **self.env} if self.env else None
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, env=env)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

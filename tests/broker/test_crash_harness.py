@@ -4,8 +4,10 @@ Each case runs :class:`tests.broker.crash.CrashHarness`: three producers (conflu
 idempotent and not, kayak's own) and a committing consumer group against a real broker at the
 default 1 GiB segment size, DeleteRecords and a retention change on the side; at least 50 MiB
 per round, then SIGKILL of the broker (or of one shard), a restart on the same data directory,
-and every partition read back from its log start. Acknowledgements accumulate over rounds, so
-a second round re-checks the first round's records after another crash.
+and every partition read back from its log start. On one shard a transactional producer runs
+beside them, and a read_committed reader checks its transactions (committed ones exactly once,
+aborted ones never, none left open). Acknowledgements accumulate over rounds, so a second round
+re-checks the first round's records after another crash.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from kayak.broker.log.loader import LOG_END
+from tests.broker.conftest import BrokerProcess
 from tests.broker.crash import CrashHarness, HarnessConfig, RoundResult, Writer
+from tests.broker.crash.transactions import TOPIC as TXN_TOPIC
+from tests.broker.crash.transactions import TxnLog, verify_transactions
+from tests.broker.crash.workload import PARTITIONS
+from tests.broker.interop_helpers import create_topic
+from tests.broker.txn_support import send_all, txn_producer
 
 MIB_PER_ROUND = 50.0
 
@@ -75,3 +83,35 @@ def test_the_harness_reports_records_the_broker_lost(tmp_path: Path) -> None:
     assert result.lost > 0, result.describe()
     assert any(problem.startswith("lost: cp000-") for problem in result.problems)
     assert len(harness.lost_ids) == result.lost
+
+
+def test_the_transaction_checks_report_what_read_committed_must_not_show(
+    broker_process: BrokerProcess,
+) -> None:
+    """verify_transactions against a real log: a committed and an aborted transaction pass;
+    claimed the other way round, or with a record that never came, they are reported."""
+    bootstrap = broker_process.bootstrap_servers
+    create_topic(bootstrap, TXN_TOPIC, PARTITIONS)
+    producer = txn_producer(bootstrap, "harness-check")
+    written: dict[str, list[bytes]] = {}
+    for name, commit in (("kept", True), ("dropped", False)):
+        written[name] = [f"{name}-{i}".encode() for i in range(8)]
+        producer.begin_transaction()
+        send_all(producer, [(TXN_TOPIC, i % PARTITIONS, v) for i, v in enumerate(written[name])])
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    honest = TxnLog(dict(written), committed={"kept"}, aborted={"dropped"})
+    assert verify_transactions(bootstrap, honest) == []
+    swapped = TxnLog(dict(written), committed={"dropped"}, aborted={"kept"})
+    assert sorted(verify_transactions(bootstrap, swapped)) == [
+        "aborted kept: 8 records read by read_committed",
+        "committed dropped: 8 of 8 records lost",
+    ]
+    short = TxnLog({"kept": written["kept"][:-1], "ghost": [b"never-written"]}, {"kept", "ghost"})
+    assert sorted(verify_transactions(bootstrap, short)) == [
+        "committed ghost: 1 of 1 records lost",
+        "read_committed read b'kept-7' of no transaction",
+    ]

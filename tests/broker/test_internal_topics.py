@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from kayak.broker import Broker, consumer_offsets
 from kayak.broker.registry import store as registry_store
 from kayak.broker.security.acls import INTERNAL_TOPICS
+from kayak.broker.txn import records as txn_records
 from kayak.errors import ErrorCode
 from kayak.protocol.messages.create_partitions_request import (
     CreatePartitionsRequest,
@@ -53,7 +54,7 @@ GZIP_BOMB = build_record_batch([bytes(16 * 1024 * 1024)], codec=Codec.GZIP)
 
 
 def test_internal_topic_names_are_the_ones_the_broker_uses() -> None:
-    assert {consumer_offsets.TOPIC, registry_store.TOPIC} == INTERNAL_TOPICS
+    assert {consumer_offsets.TOPIC, registry_store.TOPIC, txn_records.TOPIC} == INTERNAL_TOPICS
 
 
 async def _every_damaging_request(wire: AsyncWire, topic: str) -> None:

@@ -62,7 +62,8 @@ def broker_process(tmp_path: Path, tls_files: TlsFiles) -> Iterator[tuple[str, P
              "--listeners", "SASL_SSL://127.0.0.1:0",
              "--ssl-certificate-location", str(tls_files.server_cert),
              "--ssl-key-location", str(tls_files.server_key),
-             "--super-users", "User:alice", "--group-initial-rebalance-delay-ms", "0"],
+             "--super-users", "User:alice", "--group-initial-rebalance-delay-ms", "0",
+             "--schema-registry-port", "0"],  # never the default 8081: others may hold it
             stdout=log, stderr=log,
         )  # fmt: skip
     try:

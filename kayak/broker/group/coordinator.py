@@ -15,7 +15,12 @@ from kayak.broker.group.config import GroupCoordinatorConfig
 from kayak.broker.group.group import Group
 from kayak.broker.group.membership import JoinParams, LeavingMember, Membership, SyncParams
 from kayak.broker.group.offset_delete import delete_offsets
-from kayak.broker.group.offset_requests import OffsetRequests, failed_commit, failed_fetch
+from kayak.broker.group.offset_requests import (
+    OffsetRequests,
+    failed_commit,
+    failed_fetch,
+    failed_txn_commit,
+)
 from kayak.broker.group.offsets import OffsetStore
 from kayak.broker.group.results import JoinResult, SyncResult
 from kayak.errors import ErrorCode
@@ -45,6 +50,8 @@ from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest
 from kayak.protocol.messages.offset_fetch_response import OffsetFetchResponse
 from kayak.protocol.messages.sync_group_request import SyncGroupRequest
 from kayak.protocol.messages.sync_group_response import SyncGroupResponse
+from kayak.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from kayak.protocol.messages.txn_offset_commit_response import TxnOffsetCommitResponse
 
 _E = ErrorCode
 
@@ -181,6 +188,14 @@ class GroupCoordinator:
         if self._closed:
             return failed_commit(request, _E.COORDINATOR_NOT_AVAILABLE)
         return await self._offsets.commit(request, version)
+
+    async def txn_offset_commit(
+        self, request: TxnOffsetCommitRequest, version: int
+    ) -> TxnOffsetCommitResponse:
+        """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
+        if self._closed:
+            return failed_txn_commit(request, _E.COORDINATOR_NOT_AVAILABLE)
+        return await self._offsets.txn_commit(request, version)
 
     async def offset_fetch(
         self, request: OffsetFetchRequest, version: int, client_id: str, client_host: str

@@ -31,6 +31,12 @@ from kayak.protocol.messages.offset_fetch_response import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
+from kayak.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from kayak.protocol.messages.txn_offset_commit_response import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -165,20 +171,77 @@ class OffsetRequests:
             return exc.commit_error
         return _E.NONE
 
+    # -- TxnOffsetCommit ----------------------------------------------------------------
+
+    async def txn_commit(
+        self, request: TxnOffsetCommitRequest, version: int
+    ) -> TxnOffsetCommitResponse:
+        """Offsets committed inside a transaction; the store holds them until its marker.
+
+        From v3 a member names its generation (KIP-447), checked as OffsetCommit checks it,
+        so a zombie of an older generation cannot commit; older versions are not checked.
+        """
+        if version >= 3 and (request.generation_id >= 0 or request.member_id):
+            refusal = self._check_committer(
+                request.group_id, request.generation_id, request.member_id,
+                request.group_instance_id, version=9,
+            )  # fmt: skip
+            if refusal is not None:
+                return failed_txn_commit(request, refusal)
+        elif request.group_id not in self._groups:
+            self._groups[request.group_id] = Group(request.group_id)
+        now_ms = int(self._wall_clock() * 1000)
+        offsets = [
+            (topic.name, p.partition_index, CommittedOffset(
+                p.committed_offset, p.committed_leader_epoch if version >= 2 else -1,
+                p.committed_metadata or "", now_ms,
+            ))
+            for topic in request.topics
+            for p in topic.partitions
+        ]  # fmt: skip
+        error = _E.NONE
+        try:
+            await self._store.commit_transactional(
+                request.group_id, request.producer_id, request.producer_epoch, offsets
+            )
+        except OffsetStoreError as exc:
+            logger.warning("Could not store transactional offsets of group %s: %s",
+                           request.group_id, exc)  # fmt: skip
+            error = exc.commit_error
+        return failed_txn_commit(request, error)
+
     # -- OffsetFetch --------------------------------------------------------------------
 
     def fetch(self, request: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
-        """Committed offsets; a partition without one gets offset -1 and no error."""
+        """Committed offsets; a partition without one gets offset -1 and no error.
+
+        With ``require_stable`` (v7+, read_committed consumers, KIP-447) a partition whose
+        offset an open transaction is about to commit answers UNSTABLE_OFFSET_COMMIT, and the
+        consumer asks again rather than start from an offset about to change.
+        """
+        stable = version >= 7 and request.require_stable
         if version >= 8:
-            return OffsetFetchResponse(
+            response = OffsetFetchResponse(
                 groups=[
                     _group_v8(g.group_id, self._lookup(g.group_id, _requested(g.topics)))
                     for g in request.groups
                 ]
             )
+            for group in response.groups if stable else []:
+                for topic in group.topics:
+                    self._mark_unstable(group.group_id, topic.name, topic.partitions)
+            return response
         # Before v2 the topic list cannot be null; from v2 null means every partition.
         requested = _requested(request.topics) if version >= 2 else _requested(request.topics or [])
-        return OffsetFetchResponse(topics=_topics_v0(self._lookup(request.group_id, requested)))
+        topics = _topics_v0(self._lookup(request.group_id, requested))
+        for answered in topics if stable else []:
+            self._mark_unstable(request.group_id, answered.name, answered.partitions)
+        return OffsetFetchResponse(topics=topics)
+
+    def _mark_unstable(self, group_id: str, topic: str, partitions: Sequence[_Answered]) -> None:
+        for answer in partitions:
+            if self._store.pending_transactional(group_id, topic, answer.partition_index):
+                answer.committed_offset, answer.error_code = -1, _E.UNSTABLE_OFFSET_COMMIT
 
     def _lookup(self, group_id: str, requested: RequestedPartitions) -> FetchedOffsets:
         # Read the store whatever the group's state: offsets outlive members, and a consumer
@@ -193,6 +256,22 @@ class OffsetRequests:
             (topic, [(p, self._store.fetch(group_id, topic, p)) for p in partitions])
             for topic, partitions in requested
         ]
+
+
+def failed_txn_commit(request: TxnOffsetCommitRequest, error: ErrorCode) -> TxnOffsetCommitResponse:
+    """A TxnOffsetCommit answer giving every partition the same error (NONE: success)."""
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    TxnOffsetCommitResponsePartition(p.partition_index, error)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
 
 
 def failed_commit(request: OffsetCommitRequest, error: ErrorCode) -> OffsetCommitResponse:
@@ -241,6 +320,12 @@ class _TopicRequest(Protocol):
 
     @property
     def partition_indexes(self) -> list[int]: ...
+
+
+class _Answered(Protocol):
+    partition_index: int
+    committed_offset: int
+    error_code: int
 
 
 def _requested(topics: Sequence[_TopicRequest] | None) -> RequestedPartitions:

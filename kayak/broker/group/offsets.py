@@ -115,12 +115,32 @@ class OffsetStore(Protocol):
         """Forget ``group``'s commits for these ``(topic, partition)`` (OffsetDelete)."""
         ...
 
+    async def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        epoch: int,
+        offsets: list[tuple[str, int, CommittedOffset]],
+    ) -> None:
+        """Record offsets committed inside a transaction (TxnOffsetCommit): they count once
+        ``marker_written`` says the transaction committed."""
+        ...
+
+    def marker_written(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended (``commit`` or abort)."""
+        ...
+
+    def pending_transactional(self, group: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset for this partition."""
+        ...
+
 
 class InMemoryOffsetStore:
     """An :class:`OffsetStore` kept in a dict: fast, and gone when the process exits."""
 
     def __init__(self) -> None:
         self._groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self._pending: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
 
     async def commit(
         self,
@@ -153,3 +173,21 @@ class InMemoryOffsetStore:
             offsets.pop(key, None)
         if not offsets:
             self._groups.pop(group, None)
+
+    async def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        epoch: int,
+        offsets: list[tuple[str, int, CommittedOffset]],
+    ) -> None:
+        pending = self._pending.setdefault(producer_id, {})
+        pending.update({(group, topic, partition): c for topic, partition, c in offsets})
+
+    def marker_written(self, partition: int, producer_id: int, commit: bool) -> None:
+        pending = self._pending.pop(producer_id, {})
+        for (group, topic, index), committed in pending.items() if commit else ():
+            self._groups.setdefault(group, {})[(topic, index)] = committed
+
+    def pending_transactional(self, group: str, topic: str, partition: int) -> bool:
+        return any((group, topic, partition) in p for p in self._pending.values())

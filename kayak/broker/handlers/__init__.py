@@ -26,6 +26,7 @@ from kayak.broker.handlers import (
     sasl,
     scram_credentials,
     topics,
+    transactions,
 )
 from kayak.protocol.message import Message
 from kayak.protocol.messages import API_MESSAGES, ApiKey, response_class
@@ -58,6 +59,14 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.handle_end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+    ApiKey.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
+    ApiKey.DESCRIBE_PRODUCERS: transactions.handle_describe_producers,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.handle_consumer_group_describe,
 }

@@ -11,6 +11,7 @@ from kayak.broker.context import RequestContext
 from kayak.broker.handlers.authorized_operations import cluster_operations, topic_operations
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
+from kayak.broker.security.acls.model import ResourceType
 from kayak.broker.shards import ShardAddress
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest
@@ -271,11 +272,10 @@ async def handle_find_coordinator(
 
 def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> Coordinator:
     if key_type == _TRANSACTION_KEY:
-        # Transactions are not supported; answered as Kafka answers a principal without
-        # DESCRIBE on the transactional id.
-        denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        return Coordinator(key=key, node_id=-1, error_code=denied)
-    if not allowed(ctx, AclOperation.DESCRIBE, GROUP, key):
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return Coordinator(key=key, node_id=-1, error_code=denied)
+    elif not allowed(ctx, AclOperation.DESCRIBE, GROUP, key):
         return Coordinator(key=key, node_id=-1, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     address = _address_of(ctx, ctx.broker.coordinator_for(key))
     if address is None:

@@ -270,7 +270,7 @@ def _kayak_values(config: BrokerConfig, groups: GroupCoordinatorConfig | None) -
         "group.coordinator.rebalance.protocols": "classic",
         "group.initial.rebalance.delay.ms": str(config.group_initial_rebalance_delay_ms),
         "listeners": listeners,
-        "log.cleaner.enable": "false",  # no log cleaner: compact topics are not compacted
+        "log.cleaner.enable": _bool(config.log_cleaner_enable),
         "log.dir": str(config.data_dir),
         "log.dirs": str(config.data_dir),
         "log.retention.check.interval.ms": str(config.retention_check_interval_ms),

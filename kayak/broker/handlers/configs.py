@@ -293,12 +293,11 @@ async def _alter(
 
 
 def warn_if_compacted(topic: Topic) -> None:
-    """One warning line for a topic that asks for compaction, which kayak does not do yet
-    (Kafka's protocol has no warning channel: the request itself succeeds)."""
+    """One line for a topic that asks for compaction: the log cleaner takes it from here
+    (``kayak.broker.log.cleaner``; unless ``log.cleaner.enable`` is false)."""
     if topic.config.compacted and not topic.internal:
-        log.warning(
-            "topic %s: cleanup.policy=%s accepted, but kayak does not compact topics yet: "
-            "every record is kept until retention deletes it",
+        log.info(
+            "topic %s: cleanup.policy=%s: the log cleaner keeps each key's latest record",
             topic.name,
             topic.config.cleanup_policy,
         )

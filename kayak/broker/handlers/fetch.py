@@ -19,12 +19,14 @@ from kayak.broker.security.acls.checks import TOPIC, allowed
 from kayak.errors import ErrorCode, KafkaError, UnknownTopicIdError
 from kayak.protocol.messages.fetch_request import FetchRequest
 from kayak.protocol.messages.fetch_response import (
+    AbortedTransaction,
     FetchableTopicResponse,
     FetchResponse,
     PartitionData,
 )
 
 _FIRST_TOPIC_ID_VERSION = 13
+READ_COMMITTED = 1  # FetchRequest.isolation_level
 
 
 @dataclass(slots=True)
@@ -91,7 +93,9 @@ def _read_all(
             topics[key] = FetchableTopicResponse(topic=want.topic or "", topic_id=want.topic_id)
             response.responses.append(topics[key])
         # KIP-74: the first non-empty partition may exceed the budget so consumers progress.
-        data = _read_one(ctx, want, min(want.max_bytes, budget), min_one=total == 0)
+        data = _read_one(
+            ctx, want, min(want.max_bytes, budget), total == 0, request.isolation_level
+        )
         size = len(data.records) if data.records is not None else 0
         total += size
         budget = max(budget - size, 0)
@@ -99,7 +103,9 @@ def _read_all(
     return response, total
 
 
-def _read_one(ctx: RequestContext, want: _Wanted, max_bytes: int, min_one: bool) -> PartitionData:
+def _read_one(
+    ctx: RequestContext, want: _Wanted, max_bytes: int, min_one: bool, isolation: int
+) -> PartitionData:
     data = PartitionData(partition_index=want.partition, records=b"")
     if want.denied:
         return _failed(data, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -112,15 +118,24 @@ def _read_one(ctx: RequestContext, want: _Wanted, max_bytes: int, min_one: bool)
         return _failed(data, ErrorCode.UNKNOWN_LEADER_EPOCH)
     if 0 <= want.leader_epoch < plog.leader_epoch:
         return _failed(data, ErrorCode.FENCED_LEADER_EPOCH)
+    committed = isolation == READ_COMMITTED
     try:
-        found = plog.read(want.offset, max_bytes, min_one=min_one) if max_bytes > 0 else None
+        found = plog.read(want.offset, max_bytes, min_one, committed) if max_bytes > 0 else None
     except KafkaError as exc:
         return _failed(data, exc.code)
-    data.high_watermark = data.last_stable_offset = plog.high_watermark
+    data.high_watermark = plog.high_watermark
+    data.last_stable_offset = stable = plog.last_stable_offset
     data.log_start_offset = plog.log_start_offset
     data.aborted_transactions = None
     if found is not None:
         data.records = found
+        if committed:
+            # Every aborted transaction the returned batches may hold records of; the client
+            # drops those records (Kafka's FetchResponse contract for read_committed).
+            data.aborted_transactions = [
+                AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                for a in plog.aborted_transactions(want.offset, stable)
+            ]
     return data
 
 

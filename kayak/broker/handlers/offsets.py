@@ -29,6 +29,7 @@ from kayak.protocol.messages.offset_for_leader_epoch_response import (
 from kayak.protocol.records import RecordBatch, parse_batches
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+READ_COMMITTED = 1
 # ListOffsets v8/v9 (KIP-405, KIP-1005): the start of the local log and the last offset in
 # tiered storage. Nothing is tiered, so the local log is the whole log and, as a Kafka broker
 # without remote storage answers, no offset is tiered (-1).
@@ -40,12 +41,14 @@ async def handle_list_offsets(
     ctx: RequestContext, request: ListOffsetsRequest
 ) -> ListOffsetsResponse:
     response = ListOffsetsResponse()
+    # read_committed consumers see the log end at the last stable offset (ListOffsets v2+).
+    committed = ctx.version >= 2 and request.isolation_level == READ_COMMITTED
     for topic in request.topics:
         results = ListOffsetsTopicResponse(name=topic.name)
         may_describe = allowed(ctx, AclOperation.DESCRIBE, TOPIC, topic.name)
         for wanted in topic.partitions:
             if may_describe:
-                results.partitions.append(_list_offset(ctx, topic.name, wanted))
+                results.partitions.append(_list_offset(ctx, topic.name, wanted, committed))
             else:
                 results.partitions.append(
                     ListOffsetsPartitionResponse(
@@ -58,7 +61,7 @@ async def handle_list_offsets(
 
 
 def _list_offset(
-    ctx: RequestContext, topic: str, wanted: ListOffsetsPartition
+    ctx: RequestContext, topic: str, wanted: ListOffsetsPartition, committed: bool
 ) -> ListOffsetsPartitionResponse:
     result = ListOffsetsPartitionResponse(partition_index=wanted.partition_index)
     try:
@@ -70,7 +73,14 @@ def _list_offset(
     if wanted.current_leader_epoch > plog.leader_epoch:
         result.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
         return result
-    offset, timestamp = _offset_for(partition, wanted.timestamp)
+    if committed and wanted.timestamp == LATEST:
+        offset, timestamp = plog.last_stable_offset, -1
+    else:
+        offset, timestamp = _offset_for(partition, wanted.timestamp)
+        by_time = wanted.timestamp >= 0 or wanted.timestamp == MAX_TIMESTAMP
+        if committed and by_time and offset >= plog.last_stable_offset:
+            # A lookup by time finds nothing an open transaction still holds (as Kafka).
+            offset, timestamp = -1, -1
     result.leader_epoch = plog.leader_epoch
     if ctx.version == 0:
         result.old_style_offsets = [offset] if offset >= 0 else []

@@ -7,7 +7,11 @@ import logging
 
 from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
-from kayak.broker.log.group_commit import GroupCommit
+from kayak.broker.handlers.transactions import (
+    check_transactional_produce,
+    init_transactional_producer,
+)
+from kayak.broker.log.writer import LogWriter
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_any, allowed_on_cluster
 from kayak.errors import ErrorCode, KafkaError
@@ -46,13 +50,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if partition is not None:
                 waiting.append((result, partition))
         response.responses.append(results)
-    partitions = list(dict.fromkeys(p for _, p in waiting))
-    commit = ctx.broker.commit
     if request.acks == 0:
-        for partition in partitions:  # nobody waits, but readers see it only once durable
-            commit.schedule(partition.log)
-        return None
-    failed = await _synced(commit, partitions)
+        return None  # nobody waits; the writer makes it durable (and readable) all the same
+    partitions = list(dict.fromkeys(p for _, p in waiting))
+    failed = await _synced(ctx.broker.writer, partitions)
     for result, partition in waiting:
         exc = failed.get(partition)
         if isinstance(exc, KafkaError):
@@ -63,17 +64,16 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
     return response
 
 
-async def _synced(
-    commit: GroupCommit, partitions: list[Partition]
-) -> dict[Partition, BaseException]:
-    """Wait until every partition is durable; what failed, by partition."""
+async def _synced(writer: LogWriter, partitions: list[Partition]) -> dict[Partition, BaseException]:
+    """Wait until every partition is durable and visible; what failed, by partition."""
     if len(partitions) == 1:  # the common case, without gather's extra futures
         try:
-            await commit.sync(partitions[0].log)
+            await writer.durable(partitions[0].log)
         except Exception as exc:
             return {partitions[0]: exc}
         return {}
-    synced = await asyncio.gather(*(commit.sync(p.log) for p in partitions), return_exceptions=True)
+    durable = [writer.durable(p.log) for p in partitions]
+    synced = await asyncio.gather(*durable, return_exceptions=True)
     return {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
 
 
@@ -101,14 +101,13 @@ def _append(
         return _failed(result, code, why), None
     if request.acks not in (-1, 0, 1):
         return _failed(result, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks}"), None
-    if request.transactional_id is not None:
-        code, why = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions unsupported"
-        return _failed(result, code, why), None
     if not isinstance(records, bytes | bytearray | memoryview) or not records:
         return _failed(result, ErrorCode.INVALID_RECORD, "no records"), None
     try:
+        if request.transactional_id is not None:
+            check_transactional_produce(ctx, request.transactional_id, topic, index, records)
         partition = ctx.broker.catalog.partition(topic, index)
-        appended = partition.log.append(records)
+        appended = ctx.broker.writer.append(partition.log, records)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
         return _failed(result, exc.code, exc.message), None
@@ -128,11 +127,10 @@ def _failed(result: PartitionProduceResponse, code: int, message: str) -> Partit
 async def handle_init_producer_id(
     ctx: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
-    """Hand out a producer id and epoch for an idempotent producer."""
+    """Hand out a producer id and epoch for an idempotent producer (or, with a
+    transactional id, ask that id's transaction coordinator)."""
     if request.transactional_id is not None:
-        return InitProducerIdResponse(
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        )
+        return await init_transactional_producer(ctx, request)
     # Kafka 2.8+: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic.
     if not (
         allowed_on_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)

@@ -3,6 +3,7 @@
 - :class:`PartitionLog`: one partition's segments, offsets, retention and prefix truncation.
 - :class:`Segment`: one ``.log`` file with its sparse ``.index`` and ``.timeindex``.
 - :class:`OpenFiles`: the bounded cache of open segment files (``OPEN_FILES``).
+- :class:`LogWriter`: the one way in: append, wait until durable and visible (fetchers wake).
 - :class:`GroupCommit`: makes appends durable with shared fdatasync rounds.
 - :class:`LogConfig`: per-topic settings by Kafka's property names.
 """
@@ -14,6 +15,7 @@ from kayak.broker.log.group_commit import FlushMode, GroupCommit
 from kayak.broker.log.open_files import OPEN_FILES, OpenFiles
 from kayak.broker.log.partition import AppendResult, PartitionLog
 from kayak.broker.log.segment import CopiedSlice, FileSlice, RecordsSlice, Segment
+from kayak.broker.log.writer import LogWriter
 
 __all__ = [
     "OPEN_FILES",
@@ -23,6 +25,7 @@ __all__ = [
     "FlushMode",
     "GroupCommit",
     "LogConfig",
+    "LogWriter",
     "OpenFiles",
     "PartitionLog",
     "RecordsSlice",

@@ -38,6 +38,11 @@ PROPERTY_NAMES = {
     "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
     "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    # the log cleaner (kayak.broker.log.cleaner)
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
 _ATTRIBUTE_NAMES = {attr: name for name, attr in PROPERTY_NAMES.items()}
 # KIP-1030 (Kafka 4.0): smaller segments only multiply files and descriptors.
@@ -67,6 +72,13 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated in 3.6, gone in 4.0
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = LONG_MAX
+    # The log cleaner: how long a tombstone or an empty transaction's marker stays once a
+    # cleaning saw it, the share of dirty bytes that makes a log due, and how soon after
+    # being written a record may (min) and must (max) be compacted.
+    delete_retention_ms: int = 86_400_000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
     # The configurations kayak stores but does not act on: (name, normalized value), sorted.
     others: tuple[tuple[str, str], ...] = ()
 

@@ -4,7 +4,7 @@ kayak acts on it.
 A topic accepts each of these names (a name not here is refused, as Kafka refuses it:
 "Unknown topic config name"). Values are parsed and checked with Kafka's types and ranges,
 and a bad one is refused naming the configuration. Those kayak cannot act on (replication,
-the log cleaner, tiered storage, flush tuning) are stored and described like the others;
+tiered storage, flush tuning) are stored and described like the others;
 :data:`NOT_ACTED_UPON` says why for each, which README's table repeats.
 """
 
@@ -270,10 +270,6 @@ NOT_ACTED_UPON: dict[str, str] = {
     "message.format.version": "kayak always stores magic 2 batches (Kafka 3.x accepts and "
     "ignores it; 4.x removed it)",
     "message.downconversion.enable": "kayak does not down-convert for Fetch v0-3 clients",
-    "delete.retention.ms": "no log cleaner: compact topics are not compacted yet",
-    "min.compaction.lag.ms": "no log cleaner",
-    "max.compaction.lag.ms": "no log cleaner",
-    "min.cleanable.dirty.ratio": "no log cleaner",
     "flush.messages": "durability follows the broker's flush mode (group commit), not per topic",
     "flush.ms": "durability follows the broker's flush mode (group commit), not per topic",
     "file.delete.delay.ms": "expired segments are removed at once",

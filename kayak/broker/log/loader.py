@@ -1,6 +1,9 @@
 """Opening a partition directory: which segments there are and whether they can be trusted.
 
 The rules, in the order a start applies them:
+- A replacement of segments by their cleaned copy (the log cleaner's) that a crash
+  interrupted is finished if it had committed (``<base>.log.swap`` exists) and undone
+  otherwise, before anything else is looked at (``cleaner.swap.recover_swaps``).
 - Every segment but the last was sealed when the next one was created (data fsynced, indexes
   saved whole). A roll also records each sealed segment's size, end offset and largest
   timestamp in ``sealed-segments``; a sealed segment found there with the size it had is
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kayak.broker.log.cleaner.swap import recover_swaps
 from kayak.broker.log.files import fsync_directory, write_atomically
 from kayak.broker.log.open_files import OPEN_FILES, OpenFiles
 from kayak.broker.log.recovery import SegmentScan
@@ -65,10 +69,14 @@ def load_segments(
     """Find every segment of ``directory`` in offset order and check it (see module doc).
 
     ``recorded_end``: where the log is known to have reached; a log found shorter is offline.
+    A replacement of segments by their cleaned copy that a crash interrupted is finished
+    (or undone) first (see ``cleaner.swap``).
     """
+    finished_swaps = recover_swaps(directory)
     sizes = _segment_sizes(directory)
     bases = sorted(sizes)
-    known = read_sealed_segments(directory)
+    # A finished replacement changed segments the record may still describe: check them all.
+    known = {} if finished_swaps else read_sealed_segments(directory)
     loaded = LoadedSegments()
     saved_indexes = checked_sealed = False
     for i, base in enumerate(bases):
@@ -146,15 +154,20 @@ def read_sealed_segments(directory: Path) -> dict[int, SealedFacts]:
     return known
 
 
-def write_sealed_segments(directory: Path, sealed: Sequence[Segment]) -> None:
+def write_sealed_segments(
+    directory: Path, sealed: Sequence[Segment], durable: bool = False
+) -> None:
     """Record the facts of ``sealed`` (segments that never change again) for the next start.
 
-    Not fsynced: if a crash loses the file, the next start checks those segments instead.
+    Not fsynced unless ``durable``: if a crash loses the file, the next start checks those
+    segments instead. Before segments are *replaced* (the log cleaner), the record must
+    durably stop vouching for them first: a cleaned copy can have the same size as the
+    segment it replaces, and stale facts would then be trusted.
     """
     lines = [_SEALED_HEADER]
     lines += [f"{s.base_offset} {s.size} {s.next_offset} {s.max_timestamp}" for s in sealed]
     lines.append("end")
-    write_atomically(directory / SEALED_SEGMENTS, "\n".join(lines) + "\n", durable=False)
+    write_atomically(directory / SEALED_SEGMENTS, "\n".join(lines) + "\n", durable=durable)
 
 
 def _recover_last(

@@ -14,38 +14,54 @@ a failed fsync (the page cache may have dropped the data, PostgreSQL's "fsyncgat
 write that could not be undone takes the partition *offline* until a restart, which recovers
 it from disk. A write that failed cleanly (a full disk) is cut back and refused with
 KAFKA_STORAGE_ERROR, and the partition stays online for when space returns.
+
+:class:`PartitionLog` is the log as the rest of the broker sees it (Kafka's ``UnifiedLog``):
+appends, offsets, durability, reads, retention and the cleaner's hooks. It builds on
+``local_log`` (the ordered segments on disk: roll, delete from the front, replace, the log
+start checkpoint), ``partition_open`` (what a start recovers) and ``transactions`` (markers
+and the last stable offset).
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kayak.broker.log.aborted_index import AbortedTxn
 from kayak.broker.log.config import LogConfig
-from kayak.broker.log.files import fsync_directory, write_atomically
-from kayak.broker.log.loader import LogEndRecorder, load_segments, write_sealed_segments
+from kayak.broker.log.files import fsync_directory
+from kayak.broker.log.loader import LogEndRecorder
+from kayak.broker.log.local_log import LOG_START_CHECKPOINT, LocalLog, LogPosition
 from kayak.broker.log.open_files import OPEN_FILES, OpenFiles, SegmentFile
+from kayak.broker.log.partition_open import PRODUCER_SNAPSHOT, open_local_log
 from kayak.broker.log.produced import ProducedBatches
-from kayak.broker.log.producer_state import ProducerStateFileError, ProducerStateTable
+from kayak.broker.log.producer_state import ProducerStateTable
 from kayak.broker.log.segment import (
     RecordsSlice,
+    SealedFacts,
     Segment,
     SegmentDamagedError,
     UnreadableSegmentError,
 )
+from kayak.broker.log.transactions import StableBound, last_stable_offset, marker_batch
 from kayak.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from kayak.protocol.primitives import Buffer
-from kayak.protocol.records.scanner import BatchHeader
+from kayak.protocol.records.scanner import BatchHeader, produced_batches
+
+# The file names are defined beside the code that reads them; importers find them here too.
+__all__ = [
+    "LOG_START_CHECKPOINT",
+    "PRODUCER_SNAPSHOT",
+    "AppendResult",
+    "FlushPoint",
+    "PartitionLog",
+]
 
 log = logging.getLogger(__name__)
-
-LOG_START_CHECKPOINT = "log-start-offset"
-PRODUCER_SNAPSHOT = "producer-state.snapshot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +106,6 @@ class FlushPoint:
             os.close(fd)
 
 
-@dataclass(frozen=True, slots=True)
-class _Visible:
-    """The high watermark and where it lies in the files."""
-
-    offset: int
-    segment: Segment
-    position: int
-
-
 class PartitionLog:
     """The segments of one topic-partition and the offsets that bound them."""
 
@@ -110,17 +117,16 @@ class PartitionLog:
         files: OpenFiles = OPEN_FILES,
     ) -> None:
         self.directory = directory
-        self.files = files  # the bounded cache its segments open their files through
+        self.local = LocalLog(directory, config, files)  # the segments on disk
         self.leader_epoch = 0  # a single node never changes leader
-        self.config = config
         self.visible_after_flush = visible_after_flush
-        self.segments: list[Segment] = []
         self.log_start_offset = 0
         self.producers = ProducerStateTable()
         self.offline: str | None = None  # why the partition is offline (None: online)
         self.closed = False  # close() ran: nothing more is appended or synced here
         self.on_visible: Callable[[], None] | None = None  # the high watermark moved
-        self._visible: _Visible | None = None
+        self._visible: LogPosition | None = None  # the high watermark and where it lies
+        self._stable = StableBound()  # where the last read_committed bound lies
         self._flushed = (0, 0)  # (position, offset) of the active segment known durable
         self._snapshot_current = False  # the producer snapshot on disk covers the log
         self.end_record = LogEndRecorder(directory)  # where the log reached, for a start
@@ -143,7 +149,7 @@ class PartitionLog:
         visible_after_flush: bool = False,
         files: OpenFiles = OPEN_FILES,
     ) -> PartitionLog:
-        """Open (creating if needed) and recover a partition directory (see ``loader``).
+        """Open (creating if needed) and recover a partition directory (see ``partition_open``).
 
         Segment files are opened through ``files`` (the process's bounded cache by default)
         and only as they are used: sealed segments are not opened here at all.
@@ -156,74 +162,42 @@ class PartitionLog:
             directory.mkdir(parents=True)
             fsync_directory(directory.parent)
         plog = cls(directory, config, visible_after_flush, files)
-        recorded = plog.end_record.load()
-        loaded = load_segments(
-            directory, config.index_interval_bytes, clean_shutdown, files, recorded
-        )
-        plog.segments = loaded.segments
-        if loaded.problem is not None:
-            plog.take_offline(loaded.problem)
-            return plog
-        if not plog.segments:
-            plog.segments.append(plog._new_segment(0))
-        plog.log_start_offset = max(plog._read_checkpoint(), plog.segments[0].base_offset)
-        plog._drop_segments_below_log_start()
-        try:
-            plog._restore_producer_state()
-        except CorruptRecordError as exc:
-            plog.take_offline(str(exc))
-            return plog
-        plog._show_everything_on_disk()
+        opened = open_local_log(plog.local, clean_shutdown, plog.end_record.load())
+        plog.log_start_offset = opened.log_start_offset
+        plog.producers = opened.producers
+        plog._snapshot_current = opened.snapshot_current
+        if opened.problem is not None:
+            plog.take_offline(opened.problem)
+        else:
+            plog._show_everything_on_disk()
         return plog
-
-    def _drop_segments_below_log_start(self) -> None:
-        """Make the files agree with the log start checkpoint.
-
-        Segments wholly below it are what a crash between the checkpoint and the deletion
-        left. A log end below it (only after losing unsynced data) restarts the log there:
-        those offsets were deleted anyway and must never be handed out again.
-        """
-        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self._delete_oldest()
-        if self.log_end_offset < self.log_start_offset:
-            log.warning("%s: log end %d is below the log start %d; starting empty at %d",
-                        self.directory, self.log_end_offset, self.log_start_offset,
-                        self.log_start_offset)  # fmt: skip
-            while self.segments:
-                self.segments.pop().delete()
-            self.segments.append(self._new_segment(self.log_start_offset))
-
-    def _restore_producer_state(self) -> None:
-        """Load the last snapshot and replay what the log holds beyond it."""
-        path = self.directory / PRODUCER_SNAPSHOT
-        try:
-            table = ProducerStateTable.load(path)
-        except (FileNotFoundError, ProducerStateFileError):
-            table = ProducerStateTable()
-        if table.snapshot_offset > self.log_end_offset:
-            table = ProducerStateTable()  # a torn tail was cut after the snapshot was taken
-        self._snapshot_current = table.next_offset >= self.log_end_offset
-        for segment in self.segments:
-            if segment.next_offset > table.next_offset:
-                table.rebuild(segment.headers())
-        table.expire(int(time.time() * 1000))
-        self.producers = table
 
     def _show_everything_on_disk(self) -> None:
         active = self.active
         self._flushed = (active.size, active.next_offset)
-        self._visible = _Visible(active.next_offset, active, active.size)
-
-    def _new_segment(self, base_offset: int) -> Segment:
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
-        fsync_directory(self.directory)
-        return segment
+        self._visible = LogPosition(active.next_offset, active, active.size)
 
     # -- offsets ------------------------------------------------------------------------
 
     @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:  # a topic's configuration was altered
+        self.local.config = config
+
+    @property
+    def files(self) -> OpenFiles:
+        return self.local.files
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self.local.segments
+
+    @property
     def active(self) -> Segment:
-        return self.segments[-1]
+        return self.local.active
 
     @property
     def log_end_offset(self) -> int:
@@ -237,13 +211,20 @@ class PartitionLog:
         return self._visible.offset if self._visible is not None else self.log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """The end of what a read_committed fetch may return: the high watermark, or the first
+        offset of the oldest transaction still open below it."""
+        first = self.producers.first_unstable_offset()
+        return last_stable_offset(first, self.high_watermark, self.log_start_offset)
+
+    @property
     def durable_offset(self) -> int:
         """Everything below this offset is known to be on disk."""
         return self._flushed[1]
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self.local.size_in_bytes
 
     def check_online(self) -> None:
         """Raise KAFKA_STORAGE_ERROR if the partition is offline."""
@@ -261,7 +242,7 @@ class PartitionLog:
     def _advance_visible(self, segment: Segment, position: int, offset: int) -> None:
         if self._visible is not None and offset <= self._visible.offset:
             return
-        self._visible = _Visible(offset, segment, position)
+        self._visible = LogPosition(offset, segment, position)
         if self.on_visible is not None:
             self.on_visible()
 
@@ -311,6 +292,31 @@ class PartitionLog:
         self.appended_records += last - base_offset + 1
         return AppendResult(base_offset, last, append_time, self.log_start_offset)
 
+    def append_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int
+    ) -> AppendResult:
+        """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id``.
+
+        INVALID_PRODUCER_EPOCH for an epoch older than the producer's here (a zombie
+        coordinator's marker). An ABORT that closes a transaction open here is entered in the
+        aborted-transactions index of the segment it lands in.
+        """
+        self.check_online()
+        raw = marker_batch(self.producers, producer_id, epoch, commit, coordinator_epoch,
+                           self.log_end_offset, self.leader_epoch)  # fmt: skip
+        headers = produced_batches(memoryview(raw))
+        self._maybe_roll(len(raw))
+        self._write([raw], len(raw), headers)
+        completed = self.producers.update(headers[0], coordinator_epoch)
+        if completed is not None and not commit:
+            self.active.aborted.append(AbortedTxn(*completed, self.last_stable_offset))
+        if not self.visible_after_flush:
+            self._advance_visible(self.active, self.active.size, self.active.next_offset)
+        self.appended_bytes += len(raw)
+        self.appended_records += 1
+        offset = headers[0].base_offset
+        return AppendResult(offset, offset, -1, self.log_start_offset)
+
     def _write(self, parts: list[Buffer], size: int, headers: list[BatchHeader]) -> None:
         try:
             self.active.append(parts, headers)
@@ -348,20 +354,7 @@ class PartitionLog:
         except OSError as exc:
             self.take_offline(f"fdatasync of {sealing.path.name} failed: {exc}")
             raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
-        try:
-            sealing.save_indexes()
-            sealing.sealed = True
-            write_sealed_segments(self.directory, self.segments)
-            self.end_record.durable(sealing.next_offset, now=True)
-            segment = self._new_segment(self.log_end_offset)  # its dir fsync covers all three
-        except OSError as exc:
-            # Nothing is lost (the data is synced) and the segment simply stays active; a
-            # full disk must not take the partition offline. Active again: its in-memory
-            # indexes must not be dropped as a sealed segment's may be.
-            sealing.sealed = False
-            log.error("%s: cannot roll %s: %s", self.directory.name, sealing.path.name, exc)
-            raise KafkaStorageError(f"{self.directory.name}: roll failed: {exc}") from exc
-        self.segments.append(segment)
+        segment = self.local.roll(self.end_record)  # a failure keeps the partition online
         self._flushed = (0, segment.base_offset)
         self._advance_visible(sealing, sealing.size, sealing.next_offset)
         try:
@@ -405,18 +398,26 @@ class PartitionLog:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> RecordsSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, min_one: bool = True, committed: bool = False
+    ) -> RecordsSlice | None:
         """Batches from the one holding ``offset``; None at the high watermark.
 
         Raises :class:`~kayak.errors.OffsetOutOfRangeError` outside [log start, high
         watermark], KAFKA_STORAGE_ERROR when offline and CORRUPT_MESSAGE where the file is
-        damaged (naming file and position); never returns bytes past the high watermark.
+        damaged (naming file and position); never returns bytes past the high watermark, nor
+        with ``committed`` (read_committed) past the last stable offset.
         """
         self.check_online()
         self._check_range(offset)
         visible = self._visible
         if offset == self.high_watermark or visible is None:
             return None
+        if committed:
+            first_unstable = self.producers.first_unstable_offset()
+            visible = self._stable.below(visible, first_unstable, self.local, self.log_start_offset)
+            if offset >= visible.offset:
+                return None
         try:
             return self._read(offset, max_bytes, min_one, visible)
         except CorruptRecordError as exc:
@@ -427,40 +428,21 @@ class PartitionLog:
             raise
 
     def _read(
-        self, offset: int, max_bytes: int, min_one: bool, visible: _Visible
+        self, offset: int, max_bytes: int, min_one: bool, visible: LogPosition
     ) -> RecordsSlice | None:
-        i = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
-        for segment in self.segments[i:]:
-            if segment.base_offset >= visible.offset:
-                return None
-            end = visible.position if segment is visible.segment else None
-            found = segment.read(offset, max_bytes, min_one, end)
-            if found is not None:
-                self._count_read(segment, found, offset, visible)
-                return found
-            if segment.find(offset) is not None:
-                return None  # the next batch exists but does not fit max_bytes
-        return None
+        found = self.local.read(offset, max_bytes, min_one, visible)
+        if found is None:
+            return None
+        segment, records = found
+        # Records are counted as offsets from the one asked for to the slice's end.
+        self.read_bytes += len(records)
+        self.read_records += max(self.local.offset_after(segment, records, visible) - offset, 0)
+        return records
 
-    def _count_read(
-        self, segment: Segment, found: RecordsSlice, offset: int, visible: _Visible
-    ) -> None:
-        """Add a read to the counters. Where the slice ends is known without I/O when it
-        reaches the high watermark or the segment's end (a consumer at the tail); otherwise
-        the next batch's header, which the read has just touched, says."""
-        stop = found.position + len(found)
-        if segment is visible.segment and stop == visible.position:
-            next_offset = visible.offset
-        elif stop >= segment.size:
-            next_offset = segment.next_offset
-        else:
-            try:
-                header = segment.header_at(stop)
-            except (CorruptRecordError, OSError):
-                header = None  # the read stops before damage; the counters need not be exact
-            next_offset = header.base_offset if header is not None else segment.next_offset
-        self.read_bytes += len(found)
-        self.read_records += max(next_offset - offset, 0)
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions that may have records in [start, end), for a read_committed
+        fetch: their markers are at or after ``start``, in the segments up to ``end``."""
+        return self.local.aborted_transactions(start, end)
 
     def _check_range(self, offset: int) -> None:
         if not self.log_start_offset <= offset <= self.high_watermark:
@@ -472,17 +454,14 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first batch with a record at or after ``timestamp``."""
         self.check_online()
-        for segment in self.segments:
-            if segment.max_timestamp < timestamp:
-                continue
-            try:
-                header = segment.find_by_timestamp(timestamp)
-            except UnreadableSegmentError as exc:
-                self.take_offline(exc.message)
-                raise
-            if header is not None and header.base_offset < self.high_watermark:
-                return max(header.base_offset, self.log_start_offset), header.max_timestamp
-        return None
+        try:
+            header = self.local.find_by_timestamp(timestamp, below=self.high_watermark)
+        except UnreadableSegmentError as exc:
+            self.take_offline(exc.message)
+            raise
+        if header is None:
+            return None
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
     # -- truncation and retention -------------------------------------------------------
 
@@ -499,11 +478,7 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self._write_checkpoint()
-            deleted = 0
-            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
-                self._delete_oldest()
-                deleted += 1
-            if deleted:
+            if self.local.delete_below(offset):
                 fsync_directory(self.directory)
         return self.log_start_offset
 
@@ -518,43 +493,22 @@ class PartitionLog:
         self.producers.expire(now)
         if not self.config.deletes:
             return 0
-        expired = 0
-        while expired + 1 < len(self.segments) and self._expired(expired, now):
-            expired += 1
+        expired = self.local.expired(now)
         if expired:
             # Checkpoint first: a crash between the two leaves segments below the log start,
             # which the next start deletes, never a log start pointing at deleted data.
             self.log_start_offset = max(self.log_start_offset, self.segments[expired].base_offset)
             self._write_checkpoint()
             for _ in range(expired):
-                self._delete_oldest()
+                self.local.delete_oldest()
             fsync_directory(self.directory)
         return expired
 
-    def _expired(self, index: int, now_ms: int) -> bool:
-        segment = self.segments[index]
-        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        too_old = 0 <= segment.max_timestamp < now_ms - retention_ms
-        if retention_ms >= 0 and too_old:
-            return True
-        remaining = sum(s.size for s in self.segments[index + 1 :])
-        return retention_bytes >= 0 and remaining >= retention_bytes
-
-    def _delete_oldest(self) -> None:
-        segment = self.segments.pop(0)
-        segment.delete()
-        log.info("%s: deleted segment %d", self.directory.name, segment.base_offset)
-
-    # -- checkpoint ---------------------------------------------------------------------
-
-    def _read_checkpoint(self) -> int:
-        try:
-            return int((self.directory / LOG_START_CHECKPOINT).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return 0
-
     def _write_checkpoint(self) -> None:
-        write_atomically(self.directory / LOG_START_CHECKPOINT, f"{self.log_start_offset}\n")
+        """Checkpoint the log start offset: before any segment below it is deleted."""
+        self.local.write_checkpoint(self.log_start_offset)
+
+    # -- close --------------------------------------------------------------------------
 
     def close(self) -> bool:
         """Flush and seal the active segment, snapshot producer state, let go of the files.
@@ -582,3 +536,61 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
         return clean
+
+    # -- cleaning -----------------------------------------------------------------------
+    # The log cleaner (``kayak.broker.log.cleaner``) reads sealed segments in a worker and
+    # calls these on the event loop.
+
+    def roll_if_quiet(self, max_age_ms: int, now: float | None = None) -> bool:
+        """Roll a non-empty active segment older than ``max_age_ms`` though nothing is being
+        appended (``segment.ms`` rolls only on append), so that the cleaner can reach its
+        records. Returns whether it rolled."""
+        if self.offline is not None or self.closed or self.active.size == 0:
+            return False
+        age_ms = ((time.time() if now is None else now) - self.active.created_at) * 1000
+        if age_ms < max_age_ms:
+            return False
+        self.roll()
+        return True
+
+    def cleaning_sources(self) -> list[tuple[Segment, int]]:
+        """Each segment up to the high watermark, with how many of its bytes lie below it."""
+        visible = self._visible
+        sources: list[tuple[Segment, int]] = []
+        for segment in self.segments:
+            if visible is not None and segment is visible.segment:
+                sources.append((segment, visible.position))
+                break
+            if visible is not None and segment.base_offset >= visible.offset:
+                break
+            sources.append((segment, segment.size))
+        return sources
+
+    def replace_segments(
+        self, old: Sequence[Segment], commit: Callable[[], None], facts: SealedFacts
+    ) -> Segment | None:
+        """Replace the consecutive sealed segments ``old`` by their cleaned copy: ``commit``
+        puts its files in place (renames and deletions, crash-safe, see ``cleaner.swap``),
+        then the list of segments changes, all on the event loop, so a fetch sees either the
+        old segments or the new one (a fetch still sending from an old file keeps it open).
+
+        None, with nothing done, when ``old`` are no longer the log's segments (retention or
+        DeleteRecords went first). A commit that fails midway takes the partition offline:
+        the next start finishes or undoes it.
+        """
+        if self.offline is not None or self.closed or not old:
+            return None
+        first = self.local.find_run(old)
+        if first is None:
+            return None
+        try:
+            self.local.commit_replacement(old, commit)
+        except OSError as exc:
+            self.take_offline(f"replacing cleaned segments failed: {exc}")
+            raise KafkaStorageError(f"{self.directory.name}: cleaning failed: {exc}") from exc
+        new = self.local.swap_in(first, old, facts)
+        visible = self._visible
+        if visible is not None and any(s is visible.segment for s in old):
+            self._visible = LogPosition(visible.offset, new, new.size)
+        self._stable.forget(old)  # found again in the new segment when next asked for
+        return new

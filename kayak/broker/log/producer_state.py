@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -85,6 +85,16 @@ class ProducerState(NamedTuple):
     epoch: int
     last_timestamp: int
     batches: tuple[BatchMetadata, ...]  # oldest first
+    txn_first_offset: int = -1  # where its open transaction began here (-1: none open)
+    coordinator_epoch: int = -1  # of the last transaction marker written for it
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction that a marker just closed in this partition."""
+
+    producer_id: int
+    first_offset: int  # of its first batch here
+    last_offset: int  # the marker's offset
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -104,6 +114,8 @@ class _Entry:
     epoch: int
     last_timestamp: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
+    txn_first_offset: int = -1
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -122,7 +134,10 @@ class _Entry:
         return None
 
     def freeze(self, producer_id: int) -> ProducerState:
-        return ProducerState(producer_id, self.epoch, self.last_timestamp, tuple(self.batches))
+        return ProducerState(
+            producer_id, self.epoch, self.last_timestamp, tuple(self.batches),
+            self.txn_first_offset, self.coordinator_epoch,
+        )  # fmt: skip
 
 
 class _Cursor(NamedTuple):
@@ -146,6 +161,9 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self._producers: dict[int, _Entry] = {}
+        # Open transactions: producer id -> offset of its first batch here. The oldest bounds
+        # the last stable offset; few are open at a time, so a min() over them is cheap.
+        self.ongoing: dict[int, int] = {}
         self.next_offset = 0
         self.snapshot_offset = 0
 
@@ -165,6 +183,10 @@ class ProducerStateTable:
     def state(self) -> dict[int, ProducerState]:
         """A copy of every producer's state, by producer id."""
         return {pid: entry.freeze(pid) for pid, entry in self._producers.items()}
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     # -- before an append ------------------------------------------------------------------
 
@@ -213,16 +235,18 @@ class ProducerStateTable:
 
     # -- after an append -------------------------------------------------------------------
 
-    def update(self, header: BatchHeader) -> None:
+    def update(self, header: BatchHeader, coordinator_epoch: int = -1) -> CompletedTxn | None:
         """Record a batch that was just appended (its base offset is the real one).
 
         Also what replaying the log does, so nothing is validated here. A batch without a
-        producer id only moves ``next_offset``.
+        producer id only moves ``next_offset``. A transactional data batch opens its
+        producer's transaction (if none is open); a control batch (a marker) closes it and
+        returns what it closed.
         """
         self.next_offset = max(self.next_offset, header.next_offset)
         pid = header.producer_id
         if pid < 0:
-            return
+            return None
         entry = self._producers.get(pid)
         if entry is None:
             entry = self._producers[pid] = _Entry(header.producer_epoch)
@@ -231,8 +255,15 @@ class ProducerStateTable:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
         entry.last_timestamp = header.max_timestamp
-        if header.is_control:
-            return  # a transaction marker carries an epoch but no sequence
+        if header.is_control:  # a transaction marker carries an epoch but no sequence
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+            first_offset = self.ongoing.pop(pid, -1)
+            entry.txn_first_offset = -1
+            if first_offset < 0:
+                return None
+            return CompletedTxn(pid, first_offset, header.base_offset)
+        if header.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = self.ongoing[pid] = header.base_offset
         first = header.base_sequence
         entry.batches.append(
             BatchMetadata(
@@ -243,17 +274,25 @@ class ProducerStateTable:
                 header.max_timestamp,
             )
         )
+        return None
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
+    def rebuild(
+        self,
+        headers: Iterable[BatchHeader],
+        on_completed: Callable[[BatchHeader, CompletedTxn], None] | None = None,
+    ) -> None:
         """Replay the log's batches, oldest first, on top of the current state.
 
         Batches that end before ``next_offset`` are skipped, so after :meth:`load` the whole
-        active segment may be passed even if the snapshot already covers part of it.
+        active segment may be passed even if the snapshot already covers part of it. Each
+        transaction a replayed marker closes is handed to ``on_completed``.
         """
         for header in headers:
             if header.last_offset < self.next_offset:
                 continue
-            self.update(header)
+            completed = self.update(header)
+            if completed is not None and on_completed is not None:
+                on_completed(header, completed)
 
     # -- expiry ----------------------------------------------------------------------------
 
@@ -265,10 +304,12 @@ class ProducerStateTable:
         Idle is measured from the max timestamp of the producer's last batch, as Kafka does
         (``now - lastTimestamp >= producer.id.expiration.ms``).
         """
+        # A producer with a transaction open here is kept: its marker must still close it.
         expired = [
             pid
             for pid, entry in self._producers.items()
             if now_ms - entry.last_timestamp >= producer_id_expiration_ms
+            and pid not in self.ongoing
         ]
         for pid in expired:
             del self._producers[pid]
@@ -294,6 +335,8 @@ class ProducerStateTable:
                     "epoch": entry.epoch,
                     "last_timestamp": entry.last_timestamp,
                     "batches": [list(batch) for batch in entry.batches],
+                    "txn_first_offset": entry.txn_first_offset,
+                    "coordinator_epoch": entry.coordinator_epoch,
                 }
                 for pid, entry in sorted(self._producers.items())
             ],
@@ -329,7 +372,13 @@ class ProducerStateTable:
             for fields in item["batches"]:
                 values = [_int(value) for value in fields]
                 entry.batches.append(BatchMetadata(*values))
-            table._producers[_int(item["producer_id"])] = entry
+            # Both absent from snapshots written before transactions.
+            entry.txn_first_offset = _int(item.get("txn_first_offset", -1))
+            entry.coordinator_epoch = _int(item.get("coordinator_epoch", -1))
+            pid = _int(item["producer_id"])
+            table._producers[pid] = entry
+            if entry.txn_first_offset >= 0:
+                table.ongoing[pid] = entry.txn_first_offset
         return table
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from kayak.broker.log.partition import PartitionLog
 from kayak.protocol.records.record import Record
+from kayak.protocol.records.scanner import BatchHeader
 from kayak.protocol.records.validation import read_stored_batches
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,15 @@ def replay_records(plog: PartitionLog, chunk_bytes: int = READ_CHUNK_BYTES) -> I
     Raises what :meth:`PartitionLog.read` raises (an offline partition, a file that cannot
     be walked); a damaged batch is logged and skipped.
     """
+    for _, records in replay_batches(plog, chunk_bytes):
+        yield from records
+
+
+def replay_batches(
+    plog: PartitionLog, chunk_bytes: int = READ_CHUNK_BYTES
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Every readable batch of ``plog`` (its header and its records from the log start on),
+    for state that depends on batch attributes (transactions, markers)."""
     offset = plog.log_start_offset
     while (found := plog.read(offset, chunk_bytes)) is not None:
         next_offset = offset
@@ -47,9 +57,8 @@ def replay_records(plog: PartitionLog, chunk_bytes: int = READ_CHUNK_BYTES) -> I
                     item.problem,
                 )
                 continue
-            for record in item.records:
-                if record.offset >= offset:  # a read starts at the batch holding ``offset``
-                    yield record
+            # A read starts at the batch holding ``offset``: skip records before it.
+            yield header, [record for record in item.records if record.offset >= offset]
         if next_offset <= offset:  # a header that claims no offsets: nothing further is found
             log.warning("%s: replay stopped at offset %d: the log does not advance past it",
                         plog.directory.name, offset)  # fmt: skip

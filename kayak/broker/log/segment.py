@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kayak.broker.log.aborted_index import AbortedTxnIndex
+from kayak.broker.log.batch_walk import frame_fault
 from kayak.broker.log.files import fsync_directory, remove_quietly
 from kayak.broker.log.index import IndexFileError, OffsetIndex, TimeIndex
 from kayak.broker.log.open_files import OPEN_FILES, OpenFiles, SegmentFile, closed_error
@@ -121,6 +123,7 @@ class Segment:
         and take its size, end and largest timestamp from those facts."""
         self.base_offset = base_offset
         self.directory = directory
+        self.aborted = AbortedTxnIndex(directory, base_offset)  # its aborted transactions
         self._path: Path | None = None  # made on first use, as the indexes are
         self.open_file: SegmentFile | None = None  # this segment's place in ``files``
         self._files = files
@@ -251,6 +254,7 @@ class Segment:
         """Write both indexes whole and durably (the directory fsync is the caller's)."""
         self.index.save()
         self.time_index.save()
+        self.aborted.sync()
         self.changed = False
 
     # -- reading ------------------------------------------------------------------------
@@ -268,9 +272,13 @@ class Segment:
         if len(raw) < BATCH_HEADER_SIZE or raw[MAGIC_POS] != MAGIC_V2:
             raise self._corrupt(position, "no record batch header here")
         header = BatchHeader(position, *BATCH_HEADER.unpack_from(raw, 0))
-        if header.size < _MIN_BATCH_SIZE or position + header.size > self.size:
+        if header.size < _MIN_BATCH_SIZE:
             raise self._corrupt(position, f"batch length {header.batch_length} does not fit")
-        if header.last_offset_delta < 0 or header.base_offset < self.base_offset:
+        # Framed as recovery and verify frame it (the CRC is theirs to check, not a read's).
+        fault = frame_fault(header, self.size)
+        if fault is not None:
+            raise self._corrupt(position, fault)
+        if header.base_offset < self.base_offset:
             raise self._corrupt(position, f"batch offsets {header.base_offset}+ are impossible")
         return header
 
@@ -492,6 +500,7 @@ class Segment:
         self.close()
         for path in (self.path, self.index.path, self.time_index.path):
             remove_quietly(path)
+        self.aborted.delete()
 
 
 class SegmentDamagedError(OSError):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
-from kayak.broker.log import FlushMode, GroupCommit
+from kayak.broker.log import LogWriter
 from kayak.broker.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaRegistryApi
 from kayak.broker.registry.store import SchemaStore
 from kayak.broker.security.credentials import CredentialStore
@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 class SchemaRegistry:
     """Replays ``_schemas`` and serves the REST API on ``host:port`` (0: an ephemeral port).
 
+    Changes are written through the broker's ``writer``, waiting for the disk whatever
+    ``--flush`` says: a registration is answered only once it is on disk and readable.
+
     ``config`` says how it is secured (``schema_registry_tls``, ``registry_auth_required``,
     ``schema_registry_writers``, ``super_users``); ``credentials`` are the broker's SASL
     users, against which HTTP basic authentication is checked (when not given and
@@ -31,6 +34,7 @@ class SchemaRegistry:
     def __init__(
         self,
         catalog: TopicCatalog,
+        writer: LogWriter,
         host: str,
         port: int,
         *,
@@ -46,15 +50,14 @@ class SchemaRegistry:
         self._config = config or BrokerConfig()
         self._credentials = credentials
         self._limiter = limiter
-        # Its own group commit, always fsyncing: a registration is answered only once it is
-        # on disk, whatever --flush says about produced records.
-        self._commit = GroupCommit(FlushMode.GROUP)
+        self._writer = writer
         self._web: WebServer | None = None
         self.store: SchemaStore | None = None
 
     async def start(self) -> None:
         try:
-            self.store = SchemaStore.open(self._catalog, self._commit)
+            self.store = SchemaStore.open(self._catalog, self._writer)
+            await self.store.secure_ids()  # before the log cleaner may drop an id's last trace
             credentials = self._credentials
             if credentials is None and self._config.registry_auth_required:
                 credentials = CredentialStore.open(self._config.data_dir)
@@ -68,14 +71,12 @@ class SchemaRegistry:
             self._web = web
         except BaseException:
             self._web = None
-            self._commit.close()
             raise
 
     async def stop(self) -> None:
         if self._web is not None:
             await self._web.stop()
             self._web = None
-        self._commit.close()
 
     @property
     def url(self) -> str:

@@ -1,21 +1,34 @@
 """The registry's state, kept durably in the compacted topic ``_schemas``.
 
-Every change is one record batch appended to ``_schemas`` and fsynced before the change is
-applied in memory and answered; on start the topic is replayed from the beginning, so the
-topic *is* the registry. Keys and values are JSON shaped like Confluent's::
+Every change is one record batch written to ``_schemas`` through the broker's
+:class:`~kayak.broker.log.LogWriter`, on disk (whatever ``--flush`` says) and readable by
+fetches before the change is applied in memory and answered; on start the topic is replayed
+from the beginning, so the topic *is* the registry. Keys and values are JSON shaped like
+Confluent's::
 
     {"keytype":"SCHEMA","subject":"s","version":1,"magic":1}
         -> {"subject":"s","version":1,"id":7,"schema":"...","deleted":false}   (null: hard delete)
     {"keytype":"CONFIG","subject":null,"magic":0} -> {"compatibilityLevel":"FULL"}  (null: unset)
     {"keytype":"DELETE_SUBJECT","subject":"s","magic":0} -> {"subject":"s","version":3}
+    {"keytype":"SCHEMA_ID","magic":0} -> {"maxId":7}   (kayak's own: never tombstoned)
 
 The topic is created with the first change, not at start: a broker whose registry is never
 used lists no extra topic. Schema ids are global: the same schema (by identity form) keeps
-its id under every subject, and a new schema gets one more than the highest id ever written,
-so ids only grow and never change meaning, across restarts and hard deletes. The log is
-never compacted away (the topic is small and nothing deletes from it), which is what lets a
-replay see every id ever used. Writes are serialised by one lock: a change is decided on
-the state the previous change left, never on a state that is about to change.
+its id under every subject, and a new schema gets one more than the highest id ever handed
+out, so ids only grow and never change meaning, across restarts and hard deletes.
+
+The topic is compacted, so replay sees only each key's latest record. An id lives in the
+SCHEMA values that carry it; the last of them can only go when its key is tombstoned (a hard
+delete), and once the cleaner has removed the tombstone too, nothing would show that the id
+was ever used. So every hard delete writes, in the same batch as its tombstones, the
+``SCHEMA_ID`` record: the highest id handed out so far. Its one key is never tombstoned,
+compaction keeps its latest (and highest) value, and replay takes the maximum of it and
+every id it sees. A topic written before that record existed (or by Confluent's registry)
+replays as before; at start, if the highest id it shows is carried by no SCHEMA value left
+and by no ``SCHEMA_ID`` record, the store writes one (:meth:`SchemaStore.secure_ids`)
+before the cleaner can remove the tombstones (that takes ``delete.retention.ms`` after a
+first cleaning). Writes are serialised by one lock: a change is decided on the state the
+previous change left, never on a state that is about to change.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kayak.broker.catalog import Partition, TopicCatalog
-from kayak.broker.log import GroupCommit
+from kayak.broker.log import LogWriter
 from kayak.broker.log.replay import replay_records
 from kayak.broker.registry import errors
 from kayak.broker.registry.compatibility import DEFAULT_LEVEL, CompatibilityLevel
@@ -81,6 +94,14 @@ def delete_subject_key(subject: str) -> bytes:
     return _json_bytes({"keytype": "DELETE_SUBJECT", "subject": subject, "magic": 0})
 
 
+# The one key of the highest schema id handed out; never tombstoned (see the module doc).
+SCHEMA_ID_KEY = _json_bytes({"keytype": "SCHEMA_ID", "magic": 0})
+
+
+def schema_id_value(max_id: int) -> bytes:
+    return _json_bytes({"maxId": max_id})
+
+
 def schema_value(entry: SubjectVersion) -> bytes:
     return _json_bytes({
         "subject": entry.subject,
@@ -94,21 +115,22 @@ def schema_value(entry: SubjectVersion) -> bytes:
 class SchemaStore:
     """Subjects, versions, ids and compatibility settings, durable in ``_schemas``."""
 
-    def __init__(self, catalog: TopicCatalog, commit: GroupCommit) -> None:
+    def __init__(self, catalog: TopicCatalog, writer: LogWriter) -> None:
         self._catalog = catalog
         self._partition: Partition | None = None
-        self._commit = commit
+        self._writer = writer
         self._lock = asyncio.Lock()
         self._subjects: dict[str, dict[int, SubjectVersion]] = {}
         self._schemas: dict[int, AvroSchema] = {}  # every id ever written
         self._ids: dict[str, int] = {}  # identity form -> id
         self._configs: dict[str | None, CompatibilityLevel] = {}  # None: the global level
         self._next_id = 1
+        self._recorded_max_id = 0  # the highest SCHEMA_ID record replay saw
 
     @classmethod
-    def open(cls, catalog: TopicCatalog, commit: GroupCommit) -> SchemaStore:
+    def open(cls, catalog: TopicCatalog, writer: LogWriter) -> SchemaStore:
         """The store, with the state ``_schemas`` holds if it exists."""
-        store = cls(catalog, commit)
+        store = cls(catalog, writer)
         if catalog.get(TOPIC) is not None:
             try:
                 store._partition = catalog.partition(TOPIC, 0)
@@ -117,6 +139,28 @@ class SchemaStore:
                 # The broker still serves every other partition; writes here fail clearly.
                 log.error("schema registry state unavailable: %s", exc)
         return store
+
+    async def secure_ids(self) -> None:
+        """Write the ``SCHEMA_ID`` record if the highest id replay saw survives only in
+        records compaction may remove (a topic older than that record); see the module doc.
+
+        A failure is logged, not raised: the registry still serves, and the next hard delete
+        writes the record anyway.
+        """
+        async with self._lock:
+            max_id = self._next_id - 1
+            carried = max((entry.schema_id for versions in self._subjects.values()
+                           for entry in versions.values()), default=0)  # fmt: skip
+            if max_id <= max(carried, self._recorded_max_id):
+                return
+            try:
+                await self._write([SCHEMA_ID_KEY], [schema_id_value(max_id)])
+            except errors.RegistryError as exc:
+                log.error("cannot record the highest schema id %d: %s", max_id, exc)
+                return
+            self._recorded_max_id = max_id
+            log.info("recorded the highest schema id %d, which only tombstoned records showed",
+                     max_id)  # fmt: skip
 
     def _topic_partition(self) -> Partition:
         """``_schemas``' only partition, creating the topic (on shard 0) the first time."""
@@ -236,7 +280,7 @@ class SchemaStore:
                 if live:
                     raise errors.subject_not_soft_deleted(subject)
                 numbers = sorted(versions)
-                await self._write([schema_key(subject, n) for n in numbers], [None] * len(numbers))
+                await self._write_tombstones([schema_key(subject, n) for n in numbers])
                 del self._subjects[subject]
                 log.info("permanently deleted subject %s", subject)
                 return numbers
@@ -262,7 +306,7 @@ class SchemaStore:
             if permanent:
                 if not entry.deleted:
                     raise errors.version_not_soft_deleted(subject, entry.version)
-                await self._write([schema_key(subject, entry.version)], [None])
+                await self._write_tombstones([schema_key(subject, entry.version)])
                 self._remove_version(subject, entry.version)
                 return entry.version
             marked = SubjectVersion(subject, entry.version, entry.schema_id, entry.schema, True)
@@ -289,10 +333,18 @@ class SchemaStore:
                 del self._configs[subject]
             return previous
 
+    async def _write_tombstones(self, keys: list[bytes]) -> None:
+        """Tombstone SCHEMA ``keys``, with the ``SCHEMA_ID`` record in the same batch: the
+        values they remove may be the last to show the highest id handed out."""
+        max_id = self._next_id - 1
+        values: list[bytes | None] = [None] * len(keys)
+        await self._write([*keys, SCHEMA_ID_KEY], [*values, schema_id_value(max_id)])
+        self._recorded_max_id = max(self._recorded_max_id, max_id)
+
     async def _write(
         self, keys: list[bytes], values: list[bytes | None], reserve_id: int | None = None
     ) -> None:
-        """Append one batch and wait until it is on disk (50001 if that fails)."""
+        """Append one batch and wait until it is on disk and readable (50001 if that fails)."""
         if reserve_id is not None:
             # Taken even if the write fails: the record may still reach the disk, and an id
             # must never be handed out for two different schemas.
@@ -300,9 +352,7 @@ class SchemaStore:
         try:
             partition = self._topic_partition()
             batch = build_record_batch(values, keys=keys, timestamp=int(time.time() * 1000))
-            partition.log.append(batch)
-            partition.data_arrived()
-            await self._commit.sync(partition.log)
+            await self._writer.write(partition.log, batch, on_disk=True)
         except (KafkaError, OSError, ValueError) as exc:
             log.error("cannot write %s: %s", TOPIC, exc)
             raise errors.store_error(f"cannot write {TOPIC}: {exc}") from exc
@@ -341,6 +391,11 @@ class SchemaStore:
                     self._configs.pop(subject, None)
                 else:
                     self._configs[subject] = CompatibilityLevel(value["compatibilityLevel"])
+            elif keytype == "SCHEMA_ID":
+                if value is not None:  # kayak never tombstones it; the maximum counts anyway
+                    max_id = int(value["maxId"])
+                    self._recorded_max_id = max(self._recorded_max_id, max_id)
+                    self._next_id = max(self._next_id, max_id + 1)
             elif keytype == "DELETE_SUBJECT" and value is not None:
                 for entry in self._subjects.get(key["subject"], {}).values():
                     if entry.version <= int(value["version"]):

@@ -108,12 +108,15 @@ def is_own_host(host: str, names: Collection[str]) -> bool:
 
 
 def own_hosts_only(
-    names: Collection[str], error_content_type: str = JSON_CONTENT_TYPE
+    names: Collection[str],
+    error_content_type: str = JSON_CONTENT_TYPE,
+    *,
+    allow_option: str = "--schema-registry-allowed-hosts",
 ) -> Middleware:
     """421 for a request whose ``Host`` is not one of the server's own names (DNS rebinding:
     a page on ``evil.example`` whose name now resolves to this server is refused, since the
     browser sends ``Host: evil.example``). A request without ``Host`` (HTTP/1.0) passes: a
-    browser always sends one."""
+    browser always sends one. ``allow_option`` is the option the refusal says to use."""
     own = frozenset(name.strip().lower().rstrip(".") for name in names)
 
     @web.middleware
@@ -127,7 +130,7 @@ def own_hosts_only(
             return error_response(
                 421,
                 f"Host {sent[:200]!r} is not a name of this server; a server reached under "
-                "another name must list it in --schema-registry-allowed-hosts",
+                f"another name must list it in {allow_option}",
                 content_type=error_content_type,
             )
         return await handler(request)

@@ -12,6 +12,11 @@ the ones recovery has to rescan. Each round (:meth:`CrashHarness.run_round`):
   producer appends every acknowledgement (partition, offset, id, size) to its own file as it
   goes (:mod:`.acks`): the broker dies, the producers do not, and their record of what was
   acknowledged must outlive the broker;
+* on one shard, a confluent-kafka transactional producer (:mod:`.transactions`) runs small
+  transactions over its own topic, one in four aborted, logging each acknowledged outcome;
+  after the round a read_committed reader must find every acknowledged committed transaction
+  exactly once, no acknowledged abort, the others all or nothing, and the last stable offset
+  at the high watermark everywhere;
 * a confluent-kafka consumer group (another process, :mod:`.group`) reads the three topics and
   commits synchronously every few hundred records, logging each acknowledged commit;
 * in this process (:mod:`.side_traffic`): DeleteRecords on one partition, and a change of

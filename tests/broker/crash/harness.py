@@ -29,6 +29,8 @@ from tests.broker.crash.side_traffic import (
     SideTraffic,
     check_retention,
 )
+from tests.broker.crash.transactions import TOPIC as TXN_TOPIC
+from tests.broker.crash.transactions import TxnJob, TxnLog, run_txn_producer, verify_transactions
 from tests.broker.crash.verdicts import (
     commit_regressions,
     commits_kept,
@@ -59,6 +61,9 @@ class HarnessConfig:
     seed: int | None = None
     reach_timeout_s: float = 300.0  # to write mib_per_round before the kill
     after_restart_mib: float = 2.0  # acknowledged after the restart before the producers stop
+    # A transactional producer beside the others, checked by a read_committed reader. Only on
+    # one shard: kayak refuses a transaction over partitions of several shards.
+    transactions: bool = True
     # Called with the data directory while a one-process broker is down after the kill: the
     # harness's own tests damage what the broker left there to prove the checks catch it.
     after_kill: Callable[[Path], None] | None = None
@@ -84,6 +89,7 @@ class RoundResult:
     acknowledged_twice_stored: int = 0
     commits_acked: int = 0
     group_consumed: int = 0
+    transactions: str = ""  # what the transactional producer did, when there is one
     killed: str = ""
     came_back: str = ""
     restart_s: float = 0.0
@@ -108,6 +114,7 @@ class RoundResult:
             f"{self.deleted_by_request}, plain-producer retry copies "
             f"{self.acknowledged_twice_stored}; the group consumed {self.group_consumed} records, "
             f"{self.commits_acked} commits acknowledged",
+            *([f"  transactions: {self.transactions}"] if self.transactions else []),
             *self.side_traffic,
             *(f"  {p}" for p in self.problems[:20]),
             *(f"  violation: {v}" for v in self.violations[:20]),
@@ -123,6 +130,7 @@ class _Workers:
     consumer: tuple[SpawnProcess, Counters]
     ack_paths: dict[Writer, Path]
     commit_path: Path
+    transactional: tuple[SpawnProcess, Counters, Path] | None = None
 
     def acked_bytes(self) -> int:
         return sum(c.bytes.value for _, c in self.producers.values())
@@ -133,6 +141,10 @@ class _Workers:
 
     def commits(self) -> int:
         return int(self.consumer[1].commits.value)
+
+    def transactions_ended(self) -> int:
+        """Transactions the transactional producer saw acknowledged (0 without one)."""
+        return 0 if self.transactional is None else int(self.transactional[1].commits.value)
 
     def acked_records(self) -> dict[Writer, int]:
         return {w: c.records.value for w, (_, c) in self.producers.items()}
@@ -153,6 +165,7 @@ class CrashHarness:
         self._ctx: SpawnContext = multiprocessing.get_context("spawn")
         self._acks: dict[Writer, list[Ack]] = {w: [] for w in Writer}
         self._commits: list[tuple[str, int, int]] = []
+        self._txns = TxnLog()
         self._deleted_below: dict[int, int] = {}
         self._rounds = 0
         # Over the whole run: a record lost in one round stays lost in the next ones.
@@ -185,11 +198,17 @@ class CrashHarness:
         admin = AdminClient({**QUIET, "bootstrap.servers": self.broker.bootstrap})
         big = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
         topics = [NewTopic(w.topic, PARTITIONS, 1, config=big) for w in Writer]
+        if self._with_transactions:
+            topics.append(NewTopic(TXN_TOPIC, PARTITIONS, 1))
         topics.append(
             NewTopic(RETENTION_TOPIC, 1, 1, config={"segment.bytes": str(RETENTION_SEGMENT_BYTES)})
         )
         for future in admin.create_topics(topics, operation_timeout=30).values():
             future.result(60)
+
+    @property
+    def _with_transactions(self) -> bool:
+        return self.config.transactions and self.config.shards == 1
 
     # -- one round --------------------------------------------------------------------------
 
@@ -247,7 +266,17 @@ class CrashHarness:
             )
             process.start()
             producers[writer] = (process, counters)
-        return _Workers(stop, producers, (consumer, group_counters), ack_paths, commit_path)
+        workers = _Workers(stop, producers, (consumer, group_counters), ack_paths, commit_path)
+        if self._with_transactions:
+            txn_path = acks_dir / f"transactions-r{number}.txt"
+            txn_job = TxnJob(self.broker.bootstrap, number, self.rng.getrandbits(32), str(txn_path))
+            counters = self._counters()
+            process = self._ctx.Process(
+                target=run_txn_producer, args=(txn_job, stop, counters), name="txn producer"
+            )
+            process.start()
+            workers.transactional = (process, counters, txn_path)
+        return workers
 
     def _counters(self) -> Counters:
         return Counters(*(self._ctx.RawValue(ctypes.c_longlong, 0) for _ in range(3)))
@@ -293,6 +322,7 @@ class CrashHarness:
         at_restart = workers.acked_records()
         bytes_at_restart = workers.acked_bytes()
         commits_at_restart = workers.commits()
+        txns_at_restart = workers.transactions_ended()
         enough = self.config.after_restart_mib * MiB
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -301,6 +331,9 @@ class CrashHarness:
             progressed = all(n > at_restart[w] for w, n in workers.acked_records().items()
                              if w in running)  # fmt: skip
             committed = workers.commits() > commits_at_restart
+            # The transactional producer must end transactions again after the restart too.
+            if workers.transactional is not None:
+                committed = committed and workers.transactions_ended() > txns_at_restart
             if progressed and committed and workers.acked_bytes() - bytes_at_restart >= enough:
                 return
             time.sleep(0.05)
@@ -311,11 +344,15 @@ class CrashHarness:
         ]
         if workers.commits() == commits_at_restart:
             stuck.append("the group's commits")
+        if workers.transactional is not None and workers.transactions_ended() == txns_at_restart:
+            stuck.append("the transactions")
         result.violations.append(f"nothing acknowledged after the restart for {stuck} in 120 s")
 
     def _stop_workers(self, workers: _Workers) -> None:
         workers.stop.set()
         processes = [p for p, _ in workers.producers.values()] + [workers.consumer[0]]
+        if workers.transactional is not None:
+            processes.append(workers.transactional[0])
         deadline = time.monotonic() + DRAIN_TIMEOUT_S + 60
         for process in processes:
             process.join(timeout=max(1.0, deadline - time.monotonic()))
@@ -347,6 +384,13 @@ class CrashHarness:
         self._commits += commits
         result.violations += commit_regressions(self._commits)
         result.total_acked = self.acknowledged
+        if workers.transactional is not None:
+            self._txns.read(workers.transactional[2])
+            txns = self._txns
+            result.transactions = (
+                f"{len(txns.committed)} committed, {len(txns.aborted)} aborted, "
+                f"{len(txns.uncertain)} uncertain (every round so far)"
+            )
 
     def _verify(self, result: RoundResult, retention_bytes: int) -> None:
         bootstrap = self.broker.bootstrap
@@ -364,6 +408,8 @@ class CrashHarness:
             result.violations += verdict.violations
         result.violations += commits_kept(bootstrap, highest_commits(self._commits), "at the end")
         result.violations += check_retention(bootstrap, self.broker.data_dir, retention_bytes)
+        if self._with_transactions:
+            result.violations += verify_transactions(bootstrap, self._txns)
 
     # -- the end ---------------------------------------------------------------------------------
 

@@ -21,7 +21,6 @@ from kayak.broker.log.verify.reader import (
     ProgressCallback,
     ScannedBatch,
     SegmentReader,
-    file_message,
 )
 from kayak.errors import KafkaError
 from kayak.protocol.records.legacy import LegacyBatch
@@ -88,17 +87,18 @@ def verify_segment(
     index_path, time_index_path = path.with_suffix(".index"), path.with_suffix(".timeindex")
     pending = _load_offset_index(index_path, report.base_offset, report.problems)
     expected = base_offset
-    reader = SegmentReader(path, check_crc=check_crc, chunk_size=chunk_size, on_bytes=on_bytes)
+    # Offsets continuing from batch to batch are judged by the reader (as recovery judges them).
+    reader = SegmentReader(
+        path, base_offset=base_offset, check_crc=check_crc, chunk_size=chunk_size,
+        on_bytes=on_bytes,
+    )  # fmt: skip
     for batch in reader:
         header = batch.header
-        first, records = _first_offset_and_count(path, batch, report.problems)
         if expected is None:
-            expected = report.base_offset = first
-        if first != expected:
-            report.problems.append(_discontinuity(path, header, first, expected, report))
+            expected = report.base_offset = batch.first_offset
         expected = header.next_offset
         report.batches += 1
-        report.records += records
+        report.records += _record_count(batch)
         if epochs is not None and (epoch_problem := epochs.check(header, path)) is not None:
             report.problems.append(epoch_problem)
         entry = pending.pop(header.position, None)
@@ -127,41 +127,18 @@ def verify_segment(
     return report
 
 
-def _first_offset_and_count(
-    path: Path, batch: ScannedBatch, problems: list[Problem]
-) -> tuple[int, int]:
+def _record_count(batch: ScannedBatch) -> int:
     header = batch.header
     if header.magic == MAGIC_V2:
-        return header.base_offset, header.record_count
+        return header.record_count
     if header.codec_id == 0:
-        return header.base_offset, 1
-    # A compressed magic 0/1 wrapper carries its last inner offset: its first one is inside.
+        return 1
+    # A compressed magic 0/1 wrapper: its messages are inside (one that cannot be decoded is
+    # already reported by the reader).
     try:
-        inner = list(LegacyBatch(batch.data).records())
-    except KafkaError as exc:
-        problems.append(
-            Problem(
-                path, ProblemKind.CORRUPT, file_message(exc), header.position, header.base_offset
-            )
-        )
-        return header.base_offset, 1
-    return inner[0].offset, len(inner)
-
-
-def _discontinuity(
-    path: Path, header: BatchHeader, first: int, expected: int, report: SegmentReport
-) -> Problem:
-    if report.batches == 0:
-        message = f"the first batch starts at offset {first}, not at the segment's base offset"
-    elif first > expected:
-        message = f"gap: offsets {expected}..{first - 1} are missing before this batch"
-    else:
-        message = (
-            f"overlap: the batch starts at offset {first}, the previous one ended at {expected - 1}"
-        )
-    return Problem(
-        path, ProblemKind.OFFSETS, f"{message} (expected offset {expected})", header.position, first
-    )
+        return len(list(LegacyBatch(batch.data).records()))
+    except KafkaError:
+        return 1
 
 
 class _IndexEntry(NamedTuple):

@@ -1,7 +1,8 @@
 """Topics only the broker itself writes: no client may produce to, delete, grow or create them.
 
-``__consumer_offsets`` holds committed offsets and ``_schemas`` the schema registry; the
-broker replays both at start, so a foreign record there could keep it from starting. The
+``__consumer_offsets`` holds committed offsets, ``_schemas`` the schema registry and
+``__transaction_state`` the transaction coordinator's decisions; the broker replays them at
+start, so a foreign record there could keep it from starting. The
 broker appends to them through the catalog, never through the Produce handler, so refusing
 every client request that would change them costs the broker nothing.
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 SCHEMAS = "_schemas"
+TRANSACTION_STATE = "__transaction_state"
 
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SCHEMAS})
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SCHEMAS, TRANSACTION_STATE})
 
 
 def is_internal_topic(name: str | None) -> bool:
