@@ -12,6 +12,8 @@
     ├── SslAuthenticationError      the TLS handshake with a broker failed (not retriable)
     ├── SchemaRegistryError         a schema registry refused a request or cannot be reached
     ├── SerializationError          bytes that are not a value of their schema, or vice versa
+    ├── TransactionAbortRequiredError  the transaction failed: abort_transaction(), then retry
+    ├── TransactionAbortedError     a record's transaction was aborted before it was stored
     └── KafkaError                  an error that has a Kafka error code
         ├── UnknownServerError      UNKNOWN_SERVER_ERROR (-1); also the base of the classes
         │                           made on the fly for codes this module does not know
@@ -125,6 +127,38 @@ def _rebuild_registry_error(
 class SerializationError(KayakError, ValueError):
     """A value cannot be encoded with its schema, or bytes cannot be decoded (no magic byte,
     truncated, unknown schema id, a body that does not match the writer schema)."""
+
+
+class TransactionAbortRequiredError(KayakError):
+    """The producer's current transaction cannot commit: call ``abort_transaction()``, then
+    begin a new one (Kafka's *abortable* errors; confluent-kafka's ``txn_requires_abort()``).
+
+    ``cause`` (also ``__cause__``) is what went wrong: a record that could not be delivered
+    (``TopicAuthorizationFailedError``, a ``KafkaTimeoutError`` past ``delivery.timeout.ms``,
+    ...), a partition or group the coordinator would not add, a group that moved on under
+    ``send_offsets_to_transaction``, or the broker's TRANSACTION_ABORTABLE (120). Every
+    transactional call but ``abort_transaction()`` raises it again until the abort.
+
+    Errors a transactional producer cannot recover from (Kafka's *fatal* errors) are raised as
+    themselves instead, every call after them raising the same: ``ProducerFencedError`` (another
+    producer took the transactional id), ``TransactionalIdAuthorizationFailedError``,
+    ``UnsupportedVersionError``/``UnsupportedForMessageFormatError``, ``InvalidTxnStateError``
+    from the coordinator: close the producer.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.cause = cause
+        self.__cause__ = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TransactionAbortRequiredError, (self.message, self.cause))
+
+
+class TransactionAbortedError(KayakError):
+    """A record's future: its transaction was aborted (or failed) before the record was
+    stored, so it was never sent (Java's ``TransactionAbortedException``)."""
 
 
 class ErrorClass(Enum):

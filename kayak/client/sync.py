@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
@@ -471,6 +472,25 @@ class Producer(SyncFacade[AsyncProducer]):
     flush = blocking(AsyncProducer.flush)
     partitions_for = blocking(AsyncProducer.partitions_for)
     statistics = on_loop(AsyncProducer.statistics)
+    init_transactions = blocking(AsyncProducer.init_transactions)
+    begin_transaction = on_loop(AsyncProducer.begin_transaction)
+    send_offsets_to_transaction = blocking(AsyncProducer.send_offsets_to_transaction)
+    commit_transaction = blocking(AsyncProducer.commit_transaction)
+    abort_transaction = blocking(AsyncProducer.abort_transaction)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Self]:
+        """``with producer.transaction():`` begins a transaction, commits it when the block
+        ends, or aborts it if the block raises (and re-raises)."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            manager = self._target._transaction
+            if manager is not None and manager.can_abort:
+                self.abort_transaction()
+            raise
+        self.commit_transaction()
 
 
 class Consumer(SyncFacade[AsyncConsumer]):
@@ -517,6 +537,8 @@ class Consumer(SyncFacade[AsyncConsumer]):
     resume = on_loop(AsyncConsumer.resume)
     paused = on_loop(AsyncConsumer.paused)
     highwater = on_loop(AsyncConsumer.highwater)
+    last_stable_offset = on_loop(AsyncConsumer.last_stable_offset)
+    group_metadata = on_loop(AsyncConsumer.group_metadata)
     statistics = on_loop(AsyncConsumer.statistics)
 
 

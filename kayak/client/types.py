@@ -1,4 +1,5 @@
-"""Small value types the client's parts share: partitions and committed offsets.
+"""Small value types the client's parts share: partitions, committed offsets, and a group
+member's identity for transactional offset commits.
 
 ``TopicPartition`` and ``OffsetAndMetadata`` are plain ``NamedTuple``s, so they hash, compare,
 sort and unpack like the tuples they are (``topic, partition = tp``), and pickle cheaply (Spark
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["OffsetAndMetadata", "TopicPartition"]
+__all__ = ["ConsumerGroupMetadata", "OffsetAndMetadata", "TopicPartition"]
 
 
 class TopicPartition(NamedTuple):
@@ -32,3 +33,18 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int | None = None
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """Who commits offsets for a group: what ``Consumer.group_metadata()`` returns and
+    ``Producer.send_offsets_to_transaction`` takes (Java's ``ConsumerGroupMetadata``).
+
+    With the generation and member id the group coordinator refuses offsets from a member
+    the group has moved on from (KIP-447); ``ConsumerGroupMetadata("group")`` alone (generation
+    -1, no member) skips that check, like Java's ``sendOffsetsToTransaction(offsets, groupId)``.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

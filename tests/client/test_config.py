@@ -88,6 +88,7 @@ JAVA_DEFAULTS: dict[str, dict[str, object]] = {
         "max.in.flight.requests.per.connection": 5,
         "enable.idempotence": True,
         "transactional.id": None,
+        "transaction.timeout.ms": 60_000,
     },
     "consumer": {
         "connections.max.idle.ms": 540_000,

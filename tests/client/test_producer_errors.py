@@ -46,7 +46,7 @@ def broker(stoppable_broker: Stoppable) -> Stoppable:
         ({"compression.type": "brotli"}, "compression.type"),
         ({"acks": 1, "enable.idempotence": True}, "idempotent"),
         ({"max.in.flight.requests.per.connection": 6, "enable.idempotence": True}, "at most 5"),
-        ({"transactional.id": "tx"}, "transactions"),
+        ({"transactional.id": "tx", "enable.idempotence": False}, "transactional.id"),
         ({"bootstrap.servers": "localhost"}, "port"),
         ({"batch.num.messages": 10}, "batch.size"),
     ],

@@ -3,11 +3,22 @@ brokers without the incremental API.
 
 A topic's configs can be read and changed through any broker; a broker's only through that
 broker, so broker resources are routed to their node.
+
+AlterConfigs replaces every override, so it is sent as the overrides just read with the
+changes applied. Apache Kafka answers an alteration once its controller has it and applies
+it on the brokers a moment later: a read right after may not show it yet, and a replacement
+built on that read would undo it. So the client remembers what it set and deleted lately
+(:class:`_RecentWrites`), and a replacement reads again, for a few seconds at most, until the
+read shows all of that; a value still different then was changed by someone else since, and
+that newer value is kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
@@ -42,6 +53,56 @@ log = logging.getLogger(__name__)
 
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 _SOURCE_VERSION = 1  # DescribeConfigs v1+ tells each value's source
+
+# A write this client made is waited for by a replacing alteration within this long of it;
+# older ones are taken as applied (Kafka's brokers apply a change within milliseconds).
+RECENT_WRITE_S = 30.0
+# How long a replacing alteration reads again for its recent writes to show, at most.
+SETTLE_WAIT_S = 3.0
+_REREAD_DELAY_S = 0.05
+
+
+class _RecentWrites:
+    """What one admin client set (a value) or deleted (None) lately, per resource, and when."""
+
+    def __init__(self) -> None:
+        self._by_resource: dict[ConfigResource, dict[str, tuple[str | None, float]]] = {}
+
+    def record(self, resource: ConfigResource, changes: Mapping[str, str | None]) -> None:
+        now = time.monotonic()
+        written = self._by_resource.setdefault(resource, {})
+        written.update((name, (value, now)) for name, value in changes.items())
+
+    def not_shown(self, resource: ConfigResource, current: Mapping[str, ConfigEntry]) -> list[str]:
+        """The recent writes to ``resource`` that ``current`` (a read) does not show yet;
+        older writes are forgotten."""
+        written = self._by_resource.get(resource)
+        if not written:
+            return []
+        oldest = time.monotonic() - RECENT_WRITE_S
+        for name in [n for n, (_, at) in written.items() if at < oldest]:
+            del written[name]
+        return [name for name, (value, _) in written.items()
+                if not _shows(current.get(name), value)]  # fmt: skip
+
+
+def _shows(entry: ConfigEntry | None, value: str | None) -> bool:
+    if value is None:  # deleted: no override left
+        return entry is None or not entry.is_override
+    if entry is None or not entry.is_override:
+        return False
+    return entry.is_sensitive or entry.value == value  # a secret's value is never shown
+
+
+_recent_writes: weakref.WeakKeyDictionary[AdminCore, _RecentWrites] = weakref.WeakKeyDictionary()
+
+
+def recent_writes(core: AdminCore) -> _RecentWrites:
+    """The recent writes of the admin client ``core`` belongs to."""
+    writes = _recent_writes.get(core)
+    if writes is None:
+        writes = _recent_writes[core] = _RecentWrites()
+    return writes
 
 
 def resource_of(resource: str | int | ConfigResource) -> ConfigResource:
@@ -187,6 +248,8 @@ async def alter_configs(
             await _incremental(core, connection, resource, changes, validate_only, deadline)
         else:
             await _replace(core, connection, resource, changes, validate_only, deadline)
+        if not validate_only:
+            recent_writes(core).record(resource, changes)
 
     await core.single(
         send,
@@ -234,7 +297,7 @@ async def _replace(
     validate_only: bool,
     deadline: Deadline,
 ) -> None:
-    current = await fetch_configs(core, connection, resource, None, deadline)
+    current = await _read_after_writes(core, connection, resource, deadline)
     overrides: dict[str, str | None] = {
         e.name: e.value for e in current.values() if e.is_override and e.name not in changes
     }
@@ -253,6 +316,27 @@ async def _replace(
     )
     response: AlterConfigsResponse = await core.request(connection, request, deadline)
     _raise_resource_errors(response.responses, resource)
+
+
+async def _read_after_writes(
+    core: AdminCore, connection: BrokerConnection, resource: ConfigResource, deadline: Deadline
+) -> dict[str, ConfigEntry]:
+    """The configs of ``resource`` once they show this client's recent writes (see the module
+    docstring), or as read after :data:`SETTLE_WAIT_S`."""
+    writes = recent_writes(core)
+    give_up_at = time.monotonic() + min(SETTLE_WAIT_S, deadline.remaining() / 2)
+    while True:
+        current = await fetch_configs(core, connection, resource, None, deadline)
+        missing = writes.not_shown(resource, current)
+        if not missing:
+            return current
+        if time.monotonic() >= give_up_at:
+            log.info("%s: %s still differ from what this client set %.0fs after; taking "
+                     "them as changed by someone else since", resource, ", ".join(missing),
+                     SETTLE_WAIT_S)  # fmt: skip
+            return current
+        log.debug("%s: the read does not show %s yet; reading again", resource, missing)
+        await asyncio.sleep(_REREAD_DELAY_S)
 
 
 class _ResourceResult(Protocol):

@@ -56,5 +56,17 @@ __all__ = [
     "ConsumerConfig",
     "ProducerConfig",
     "ValueKind",
+    "admin_share",
     "parse_bootstrap_servers",
 ]
+
+
+def admin_share(properties: dict[str, str]) -> dict[str, str]:
+    """The admin client's share of a producer's or consumer's properties: what every client
+    takes (``security.protocol``, ``sasl.*``, ``ssl.*``, timeouts, ``client.id``), without
+    ``acks``, ``linger.ms`` and the like, which the admin client refuses."""
+    return {
+        name: value
+        for name, value in properties.items()
+        if name in ADMIN or LIBRDKAFKA_ALIASES.get(name) in ADMIN
+    }

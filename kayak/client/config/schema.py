@@ -272,6 +272,13 @@ _PRODUCER_PROPERTIES = (
         nullable=True,
         parser=parse_non_empty_str,
     ),
+    _int(
+        "transaction.timeout.ms",
+        60_000,
+        "How long the transaction coordinator lets a transaction stay open before it aborts "
+        "it (at most the broker's transaction.max.timeout.ms).",
+        minimum=1,
+    ),
     _ALLOW_AUTO_CREATE_TOPICS,
 )
 

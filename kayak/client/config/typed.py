@@ -237,6 +237,7 @@ class ProducerConfig(ClientConfig):
     enable_idempotence: bool
     partitioner: PartitionerSpec
     transactional_id: str | None
+    transaction_timeout_ms: int
     allow_auto_create_topics: bool
 
     def make_partitioner(self) -> Partitioner:
@@ -282,7 +283,14 @@ def _reconcile_idempotence(values: dict[str, Any], explicit: frozenset[str]) -> 
                 f"is {values['max.in.flight.requests.per.connection']}, but the idempotent "
                 "producer allows at most 5; set enable.idempotence=false to allow more",
             )
-    if values["transactional.id"] is not None and not values["enable.idempotence"]:
+    transactional = values["transactional.id"] is not None
+    if transactional and "enable.idempotence" in explicit and not values["enable.idempotence"]:
+        raise ConfigError(
+            "enable.idempotence",
+            "is false, but transactional.id is set and transactions need the idempotent "
+            "producer: leave enable.idempotence unset (or true), or unset transactional.id",
+        )
+    if transactional and not values["enable.idempotence"]:
         raise ConfigError(
             "transactional.id",
             "needs the idempotent producer, but enable.idempotence is off (it needs acks=all "

@@ -47,8 +47,8 @@ from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, li
 from kayak.client.consumer.records import ConsumerRecord
 from kayak.client.consumer.statistics import ConsumerStatistics
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
-from kayak.client.types import OffsetAndMetadata, TopicPartition
-from kayak.errors import KayakError
+from kayak.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from kayak.errors import ConfigError, KayakError
 
 log = logging.getLogger(__name__)
 
@@ -594,6 +594,24 @@ class Consumer:
     def group_member(self) -> GroupMember | None:
         """This consumer's group membership (member id, generation, state), if it has one."""
         return self._group
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """Who this consumer is in its group, for ``Producer.send_offsets_to_transaction``:
+        group id, generation, member id and ``group.instance.id`` as of now (generation -1
+        and no member id before the first join). Raises ``ConfigError`` without ``group.id``.
+        """
+        group_id = self.config.group_id
+        if group_id is None:
+            raise ConfigError(
+                "group.id", "is not set: a consumer without a group has no group metadata"
+            )
+        member = self._group
+        return ConsumerGroupMetadata(
+            group_id,
+            member.generation if member is not None else -1,
+            member.member_id if member is not None else "",
+            self.config.group_instance_id,
+        )
 
     # -- background tasks -----------------------------------------------------------------
 

@@ -61,14 +61,25 @@ class ConsumerStatistics:
             await self._reporter.stop()
 
     def snapshot(self) -> dict[str, Any]:
-        return consumer_statistics(self._stats, self._subscriptions, self._group)
+        return consumer_statistics(
+            self._stats,
+            self._subscriptions,
+            self._group,
+            read_committed=self._config.isolation_level == "read_committed",
+        )
 
 
 def consumer_statistics(
-    stats: ClientStatistics, subscriptions: SubscriptionState, group: GroupMember | None
+    stats: ClientStatistics,
+    subscriptions: SubscriptionState,
+    group: GroupMember | None,
+    *,
+    read_committed: bool = False,
 ) -> dict[str, Any]:
     """The statistics dict of a consumer: ``consumer_lag`` is the high watermark minus the
-    position (records the application has not been given yet), -1 while either is unknown."""
+    position (records the application has not been given yet), -1 while either is unknown;
+    with ``read_committed`` the last stable offset (``ls_offset``) stands in for the high
+    watermark, as in librdkafka and Java: records of open transactions cannot be read yet."""
     entries = []
     assignment = subscriptions.assignment
     for tp, counters in subscriptions.counters.items():
@@ -76,13 +87,17 @@ def consumer_statistics(
         state = assignment.get(tp)
         if state is not None:
             high = state.high_watermark if state.high_watermark is not None else UNKNOWN_OFFSET
+            stable = state.last_stable_offset
+            stable = stable if stable is not None and stable >= 0 else UNKNOWN_OFFSET
             position = state.position if state.has_position else None
+            end = stable if read_committed else high
             entry = {
                 "fetch_offset": state.fetch_offset,
                 "hi_offset": high,
+                "ls_offset": stable,
                 "app_offset": position if position is not None else UNKNOWN_OFFSET,
-                "consumer_lag": max(high - position, 0)
-                if high >= 0 and position is not None
+                "consumer_lag": max(end - position, 0)
+                if end >= 0 and position is not None
                 else UNKNOWN_OFFSET,
             }
         entries.append(

@@ -11,7 +11,8 @@ Modules, by data path: :mod:`~.producer` (the API), :mod:`~.accumulator` (record
 into per-partition batches, ``buffer.memory``), :mod:`~.batch` (a partition's batches and
 their sequence state), :mod:`~.sender` (one produce loop per broker,
 retries, metadata refresh), :mod:`~.idempotence` (producer id, epoch and sequences),
-:mod:`~.record_metadata` (what ``send`` resolves to).
+:mod:`~.transactions` and :mod:`~.txn_coordinator` (the transactional producer: its states and
+its requests to the coordinators), :mod:`~.record_metadata` (what ``send`` resolves to).
 """
 
 from __future__ import annotations

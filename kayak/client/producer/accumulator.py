@@ -183,6 +183,8 @@ class RecordAccumulator:
         self._order += 1
         batch = ProducerBatch(queue, self._order, now, now + self.delivery_timeout, timestamp)
         self.incomplete[batch] = None
+        if self.idempotence is not None:
+            self.idempotence.batch_opened(queue)
         return batch
 
     def add_bulk_batch(
@@ -255,7 +257,9 @@ class RecordAccumulator:
                 continue
             if queue.in_flight and queue.in_flight_to != node:
                 continue  # the partition moved: its answers from the old leader come first
-            if idempotence is not None and not _may_send_idempotent(queue, batch):
+            if idempotence is not None and not (
+                _may_send_idempotent(queue, batch) and idempotence.may_drain(queue)
+            ):
                 continue
             if drained and request_size + batch.size > self.max_request_size:
                 next_ready = now
@@ -345,6 +349,20 @@ class RecordAccumulator:
             records += batch.record_count
             self.fail(batch, error_for(batch))
         return records
+
+    def drop_unsent(self, error_for: Callable[[ProducerBatch], BaseException]) -> int:
+        """Fail every batch not sent yet (its transaction is over); returns the record count.
+        Batches in flight are left to their answers."""
+        dropped: list[ProducerBatch] = []
+        for queue in self.queues.values():
+            dropped += queue.batches
+            queue.batches.clear()
+            if queue.open is not None:
+                dropped.append(queue.open)
+                queue.open = None
+        for batch in dropped:
+            self.fail(batch, error_for(batch))
+        return sum(batch.record_count for batch in dropped)
 
     def batches_in(self, queues: Iterable[PartitionQueue]) -> Iterator[ProducerBatch]:
         for queue in queues:

@@ -208,8 +208,9 @@ class ProducerBatch:
         if self.records is not None:
             self.records = _restamp(self.records, producer_id, producer_epoch, base_sequence)
 
-    def encode(self, codec: Codec) -> bytes | bytearray:
-        """The batch as it goes on the wire (encoded once; retries reuse the bytes)."""
+    def encode(self, codec: Codec, transactional: bool = False) -> bytes | bytearray:
+        """The batch as it goes on the wire (encoded once; retries reuse the bytes);
+        ``transactional`` sets the attribute bit of a transactional producer's batches."""
         if self.records is None:
             timestamp: int | list[int] = (
                 self.timestamps if self.timestamps is not None else self.timestamp
@@ -223,6 +224,7 @@ class ProducerBatch:
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
+                is_transactional=transactional,
             )
             # The encoded bytes are all a retry needs; drop the records' own objects.
             self.values, self.keys, self.headers = [], None, None

@@ -56,7 +56,13 @@ _BUMP_VERSION = 3
 
 
 class IdempotenceManager:
-    """The producer id and epoch, and the sequence rules of the idempotent producer."""
+    """The producer id and epoch, and the sequence rules of the idempotent producer.
+
+    The transactional producer's :class:`~.transactions.TransactionManager` extends it; the
+    hooks below (``batch_opened``, ``may_drain``) are where transactions step in.
+    """
+
+    transactional = False
 
     def __init__(self, cluster: Cluster, backoff: BackoffStrategy) -> None:
         self._cluster = cluster
@@ -70,6 +76,17 @@ class IdempotenceManager:
     def can_send(self) -> bool:
         """False until there is a producer id, and while an epoch bump is pending."""
         return self.producer_id >= 0 and self.bump_reason is None
+
+    def batch_opened(self, queue: PartitionQueue) -> None:
+        """A batch was opened for ``queue`` (transactions add its partition first)."""
+
+    def may_drain(self, queue: PartitionQueue) -> bool:
+        """Whether ``queue``'s batches may be sent now (transactions: once it was added)."""
+        return True
+
+    def batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        """A batch failed for good (transactions: so does the transaction). The idempotent
+        producer's answer, an epoch bump, is the sender's to schedule."""
 
     # -- producer id ---------------------------------------------------------------------------
 

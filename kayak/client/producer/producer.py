@@ -15,6 +15,14 @@ record (``acks``), or fails with the ``kayak.errors`` exception that stopped it.
 ``send_batch`` takes a whole list of values and encodes each partition's share in one pass;
 one future resolves to the metadata of all of them, in order.
 
+Transactions (``transactional.id``; see :mod:`~kayak.client.producer.transactions`)::
+
+    async with Producer(bootstrap_servers="localhost:9092", transactional_id="copier-1") as p:
+        await p.init_transactions()
+        async with p.transaction():           # begin; commit at the end, abort on error
+            await p.send("out", b"value")
+            await p.send_offsets_to_transaction(offsets, consumer.group_metadata())
+
 Configuration is by Kafka property name (see :class:`~kayak.client.config.ProducerConfig`);
 ``retry_backoff`` takes any :class:`~kayak.client.backoff.BackoffStrategy` in place of the
 exponential backoff ``retry.backoff.ms``/``retry.backoff.max.ms`` describe.
@@ -56,12 +64,14 @@ from kayak.client.producer.idempotence import IdempotenceManager
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
 from kayak.client.producer.sender import Sender, TopicState, check_produce_version
 from kayak.client.producer.statistics import producer_statistics
+from kayak.client.producer.transactions import TransactionManager, check_transactions_supported
 from kayak.client.statistics import (
     ClientStatistics,
     StatsReporter,
     cluster_connections,
     reporter_for,
 )
+from kayak.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from kayak.errors import (
     ConfigError,
     KafkaTimeoutError,
@@ -118,10 +128,6 @@ class Producer:
         **kwargs: object,
     ) -> None:
         self.config = ProducerConfig.from_user(config, **kwargs)
-        if self.config.transactional_id is not None:
-            raise ConfigError(
-                "transactional.id", "transactions are not supported by kayak's producer yet"
-            )
         self._backoff = retry_backoff or backoff_from_config(self.config)
         self._partitioner: Partitioner = self.config.make_partitioner()
         self._sticky_without_key = _sticky_without_key(self._partitioner)
@@ -151,6 +157,7 @@ class Producer:
         self._sender: Sender
         self._topics: dict[str, TopicState] = {}
         self._idempotence: IdempotenceManager | None = None
+        self._transaction: TransactionManager | None = None
         self._loop: asyncio.AbstractEventLoop
         self._create_future: Callable[[], asyncio.Future[RecordMetadata]]
 
@@ -198,6 +205,8 @@ class Producer:
             backoff=self._backoff,
         )
         self._topics = self._sender.topics
+        if self._transaction is not None:
+            self._transaction.attach(self._accumulator.queues.values, self._accumulator.drop_unsent)
         self._create_future = self._loop.create_future
         self._started = True
         self._reporter = reporter_for(
@@ -217,7 +226,16 @@ class Producer:
             ) from None
         connection = await cluster.any_connection()
         check_produce_version(connection)
-        if self.config.enable_idempotence and self._supports_idempotence(connection):
+        if self.config.transactional_id is not None:
+            check_transactions_supported(connection)
+            # init_transactions() gets the producer id, from the transaction coordinator.
+            self._idempotence = self._transaction = TransactionManager(
+                cluster,
+                self._backoff,
+                transactional_id=self.config.transactional_id,
+                transaction_timeout_ms=self.config.transaction_timeout_ms,
+            )
+        elif self.config.enable_idempotence and self._supports_idempotence(connection):
             self._idempotence = IdempotenceManager(cluster, self._backoff)
             await self._idempotence.initialize(deadline)
 
@@ -268,6 +286,82 @@ class Producer:
         finally:
             self._accumulator.flushing -= 1
 
+    # -- transactions -----------------------------------------------------------------------------
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its transaction coordinator: get a producer id
+        and epoch, fencing any older producer of the id and aborting what it left open. Call
+        once, after ``start()``, before the first transaction.
+
+        ``timeout`` is in seconds (default ``max.block.ms``); after ``KafkaTimeoutError`` the
+        call may be repeated. See :mod:`kayak.client.producer.transactions` for the errors.
+        """
+        transaction = self._require_transactional()
+        await transaction.initialize(self._deadline(timeout))
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: every record sent until it ends belongs to it (local only; the
+        coordinator hears of it with the first partition or offsets added)."""
+        self._require_transactional().begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) as
+        part of the open transaction: visible to the group only if it commits.
+
+        ``group_metadata`` is the consuming ``Consumer.group_metadata()`` (generation and
+        member id let the group refuse a member it has moved on from, KIP-447), or a group id
+        alone. A failure makes the transaction abortable (``TransactionAbortRequiredError``),
+        a timeout (``timeout`` seconds, default ``max.block.ms``) too.
+        """
+        transaction = self._require_transactional()
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        await transaction.send_offsets(offsets, group_metadata, self._deadline(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver every record of the transaction (``flush``), then commit it: its records
+        become visible to ``read_committed`` consumers, its offsets to the group.
+
+        Raises ``TransactionAbortRequiredError`` if any record or step of the transaction
+        failed (call ``abort_transaction()``), ``KafkaTimeoutError`` after ``timeout``
+        seconds (default ``max.block.ms``: call ``commit_transaction()`` again to wait on),
+        and a fatal error such as ``ProducerFencedError`` as itself.
+        """
+        transaction = self._require_transactional()
+        await transaction.commit(self.flush, self._deadline(timeout))
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: records not sent yet fail with
+        ``TransactionAbortedError``, those in flight are waited for, and the coordinator
+        writes abort markers, so ``read_committed`` consumers never see any of them. Recovers
+        from ``TransactionAbortRequiredError``; ``timeout`` as for ``commit_transaction``."""
+        transaction = self._require_transactional()
+        await transaction.abort(self._accumulator.waiters, self._deadline(timeout))
+
+    def transaction(self) -> _Transaction:
+        """``async with producer.transaction():`` begins a transaction, commits it when the
+        block ends, or aborts it if the block raises (and re-raises)."""
+        return _Transaction(self)
+
+    def _require_transactional(self) -> TransactionManager:
+        self._require_started()
+        if self._transaction is None:
+            raise ConfigError(
+                "transactional.id",
+                "is not set: transactions need a producer configured with a transactional.id",
+            )
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        return self._transaction
+
+    def _deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(self._max_block if timeout is None else timeout)
+
     async def close(self, timeout: float | None = None) -> None:
         """Deliver what is buffered, then disconnect.
 
@@ -297,6 +391,8 @@ class Producer:
             self._memory_waiters_fail(ProducerClosedError("the producer was closed"))
             if self._reporter is not None:
                 await self._reporter.stop()
+            if self._transaction is not None:
+                await self._transaction.close()
             await self._sender.stop()
             await self._cluster.close()
 
@@ -377,6 +473,8 @@ class Producer:
         topic's metadata does not come) for ``max.block.ms``, ``RecordTooLargeError`` for a
         record larger than ``max.request.size`` or ``buffer.memory``.
         """
+        if self._transaction is not None:
+            self._transaction.check_can_send()
         state = self._topics.get(topic)
         if state is None or self._closed:
             state = await self._topic_state(topic)
@@ -489,6 +587,8 @@ class Producer:
         now. Records follow whatever was sent to their partitions before. If any of them
         fails, the future fails with that error (others may still have been stored).
         """
+        if self._transaction is not None:
+            self._transaction.check_can_send()
         state = await self._topic_state(topic)
         count = len(values)
         future: asyncio.Future[RecordMetadataList] = self._loop.create_future()
@@ -749,6 +849,28 @@ def _chunk_ends(sizes: list[int], batch_size: int) -> list[int]:
         ends.append(end)
         start, before = end, filled[end - 1]
     return ends
+
+
+class _Transaction:
+    """``Producer.transaction()``: begin on entry, commit or abort on exit."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> Producer:
+        self._producer.begin_transaction()
+        return self._producer
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self._producer.commit_transaction()
+        elif self._producer._transaction is not None and self._producer._transaction.can_abort:
+            await self._producer.abort_transaction()
 
 
 def _sticky_without_key(partitioner: Partitioner) -> bool:

@@ -35,6 +35,7 @@ from kayak.errors import (
     KafkaError,
     KayakError,
     NetworkError,
+    TransactionAbortedError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -172,7 +173,7 @@ class BrokerSender:
         for batch in batches:
             batch.attempts += 1
             try:
-                records = batch.encode(owner.accumulator.codec)
+                records = batch.encode(owner.accumulator.codec, owner.transactional_id is not None)
             except KayakError as exc:  # e.g. a value of the wrong type slipped through
                 owner.accumulator.sent(batch)
                 owner.accumulator.fail(batch, exc)
@@ -185,7 +186,7 @@ class BrokerSender:
         if not sending:
             return
         request = ProduceRequest(
-            transactional_id=None,
+            transactional_id=owner.transactional_id,
             acks=owner.config.acks,
             timeout_ms=owner.config.request_timeout_ms,
             topic_data=[TopicProduceData(name, data) for name, data in by_topic.items()],
@@ -254,6 +255,8 @@ class Sender:
         self.config = config
         self.accumulator = accumulator
         self.idempotence = idempotence
+        # Set for a transactional producer: its Produce requests and batches carry it.
+        self.transactional_id = config.transactional_id if idempotence is not None else None
         self.backoff = backoff
         self.max_in_flight = config.max_in_flight_requests_per_connection
         self.topics: dict[str, TopicState] = {}
@@ -428,7 +431,13 @@ class Sender:
             ) + ")"  # fmt: skip
         error = cls(f"{batch.topic}-{batch.partition}: {detail}")
         idempotence = self.idempotence
-        if idempotence is not None and batch.base_sequence != NO_SEQUENCE:
+        # A transactional producer never bumps mid-transaction: the batch fails, which fails
+        # the transaction (fenced: the producer); abort_transaction() bumps if need be.
+        if (
+            idempotence is not None
+            and not idempotence.transactional
+            and batch.base_sequence != NO_SEQUENCE
+        ):
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                 if idempotence.is_next_expected(batch.queue, batch):
                     self.request_bump(
@@ -468,8 +477,14 @@ class Sender:
         """Every failed batch: log it once; a sequenced one leaves a gap, so bump the epoch."""
         if self.accumulator.aborted:
             return  # closing: nothing more will be sent
+        idempotence = self.idempotence
+        if idempotence is not None and idempotence.transactional:
+            if not isinstance(error, TransactionAbortedError):  # dropped by an abort: no news
+                log.warning("%s", describe_failure(batch, error))
+            idempotence.batch_failed(batch, error)
+            return
         log.warning("%s", describe_failure(batch, error))
-        if self.idempotence is not None and batch.base_sequence != NO_SEQUENCE:
+        if idempotence is not None and batch.base_sequence != NO_SEQUENCE:
             self.request_bump(f"{batch.topic}-{batch.partition} lost sequence "
                               f"{batch.base_sequence} with a failed batch")  # fmt: skip
 
