@@ -4,6 +4,13 @@ The order of the three steps is the durability argument: a source trims its log 
 its replication slot) only after the broker acknowledged every event of the changes read, so
 a crash at any point loses nothing; at worst the next run publishes some events again, and the
 target's position guard makes those repeats harmless.
+
+With a transactional publisher each batch is one Kafka transaction: begun before publishing,
+committed before the source may forget it, aborted on a failure (the source was not
+acknowledged, so a restarted capture reads the batch again). Sources hand out whole source
+transactions, so a read_committed reader never sees part of one; a capture killed mid-batch
+leaves its transaction open until the restarted capture's ``init_transactions()`` (same
+``transactional.id``: :func:`capture_transactional_id`) fences it and aborts it.
 """
 
 from __future__ import annotations
@@ -18,9 +25,16 @@ from kayak.cdc.errors import SchemaChangeError
 from kayak.cdc.publisher import ChangePublisher
 from kayak.cdc.source import ChangeSource
 
-__all__ = ["CaptureLoop", "CaptureStats"]
+__all__ = ["CaptureLoop", "CaptureStats", "capture_transactional_id"]
 
 log = logging.getLogger(__name__)
+
+
+def capture_transactional_id(prefix: str, db: str, slot: str | None = None) -> str:
+    """The ``transactional.id`` of a capture: the same for every run of one capture (topic
+    prefix, database, PostgreSQL slot), so a restarted capture fences the one it replaces,
+    and different for two captures that could run at once."""
+    return f"kayak-capture.{prefix}.{db}.{slot or 'default'}"
 
 
 @dataclass
@@ -60,13 +74,21 @@ class CaptureLoop:
         if not changes:
             return 0
         started = time.monotonic()
+        publisher = self.publisher
+        publisher.begin()
         try:
-            events = self.publisher.publish(changes)
+            events = publisher.publish(changes)
         except SchemaChangeError as e:
-            # Everything before the refused change is on the broker: let the source forget it.
+            # The whole transactions before the refused change are on the broker: commit them
+            # and let the source forget them.
+            publisher.commit()
             if e.published:
                 self.source.acknowledge(changes[e.published - 1])
             raise
+        except BaseException:
+            publisher.abort()
+            raise
+        publisher.commit()
         self.source.acknowledge(changes[-1])
         self._count(changes, events, time.monotonic() - started)
         log.debug("captured %d changes (%d events)", len(changes), events)

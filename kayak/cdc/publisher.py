@@ -9,7 +9,15 @@ key (Debezium's).
 A table whose new shape the schema registry refuses (say a column's type changed from
 ``integer`` to ``text``: Avro cannot read an int as a string, so a BACKWARD subject answers
 409) stops publishing *at* that change with a :class:`~kayak.cdc.errors.SchemaChangeError`
-naming the table, the columns and the change: every change before it is published first.
+naming the table, the columns and the change: every whole source transaction before it is
+published first (never the part of its own transaction that precedes it).
+
+Transactions: a publisher made with ``transactional=True`` (its producer has a
+``transactional.id`` and ``init_transactions()`` was done: :func:`open_capture_producer`)
+publishes between :meth:`ChangePublisher.begin` and :meth:`ChangePublisher.commit`, one Kafka
+transaction per capture batch, so a ``read_committed`` reader sees all of a batch's events on
+every change topic or none of them. As a batch holds whole source transactions (the sources
+cut reads there), no such reader ever sees part of a source transaction.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -29,9 +37,17 @@ import fastavro
 from kayak.cdc.change import Change, Op, Row, TableSchema
 from kayak.cdc.envelope import event_value, key_schema, topic_name, value_schema
 from kayak.cdc.errors import SchemaChangeError
-from kayak.errors import SchemaRegistryError
+from kayak.errors import SchemaRegistryError, UnsupportedVersionError
 
-__all__ = ["ChangePublisher", "Event", "EventEncoder", "RegistryLike"]
+__all__ = [
+    "ChangePublisher",
+    "Event",
+    "EventEncoder",
+    "RegistryLike",
+    "open_capture_producer",
+    "same_source_transaction",
+    "whole_transactions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +149,11 @@ class EventEncoder:
 def describe_change(before: TableSchema | None, after: TableSchema) -> str:
     """A table's change of shape, for one line: ``column 'd' integer → text, …``."""
     if before is None:
-        return "its new shape (" + ", ".join(
-            f"{c.name} {c.source_type or c.type.value}" for c in after.columns) + ")"
+        return (
+            "its new shape ("
+            + ", ".join(f"{c.name} {c.source_type or c.type.value}" for c in after.columns)
+            + ")"
+        )
     old = {c.name: c for c in before.columns}
     parts = []
     for c in after.columns:
@@ -144,8 +163,10 @@ def describe_change(before: TableSchema | None, after: TableSchema) -> str:
         elif was.name != c.name:
             parts.append(f"RENAME COLUMN {was.name!r} TO {c.name!r}")
         if was is not None and (was.type, was.source_type) != (c.type, c.source_type):
-            parts.append(f"column {c.name!r}: ALTER COLUMN TYPE {was.source_type or was.type.value}"
-                         f" → {c.source_type or c.type.value}")
+            parts.append(
+                f"column {c.name!r}: ALTER COLUMN TYPE {was.source_type or was.type.value}"
+                f" → {c.source_type or c.type.value}"
+            )
     kept = {n for c in after.columns for n in (c.name, *c.renamed_from)}
     parts += [f"DROP COLUMN {n!r}" for n in old if n not in kept]
     return ", ".join(parts) or "a change of its schema"
@@ -172,20 +193,84 @@ def _json_writer() -> Callable[[Any], bytes]:
     return encode
 
 
+def same_source_transaction(a: Change, b: Change) -> bool:
+    """Whether two changes belong to one source transaction: both streamed with the same
+    transaction id and the same commit (a position's first part: PostgreSQL's commit LSN, so
+    a reused xid is not mistaken). Snapshot rows and changes without a transaction id (the
+    SQLite source's) are each their own."""
+    if a.tx_id is None or a.tx_id != b.tx_id or a.snapshot != "false" or b.snapshot != "false":
+        return False
+    return a.position.split("/", 1)[0] == b.position.split("/", 1)[0]
+
+
+def whole_transactions(changes: Sequence[Change], count: int) -> int:
+    """How many of the first ``count`` changes to take so as not to end inside a source
+    transaction: ``count`` moved back to where the transaction of ``changes[count]`` begins."""
+    while 0 < count < len(changes) and same_source_transaction(changes[count - 1], changes[count]):
+        count -= 1
+    return count
+
+
+def open_capture_producer(config: Mapping[str, object], transactional_id: str) -> tuple[Any, bool]:
+    """A blocking producer for capture with ``transactional.id`` and its transactions
+    initialised (fencing an earlier capture of the same id, and aborting the transaction it
+    left open); True with it. A broker without Kafka transactions gets a plain producer, and
+    False: events are then published without them (one line in the log says so)."""
+    from kayak.client.sync import Producer
+
+    producer = Producer({**config, "transactional.id": transactional_id})
+    try:
+        producer.init_transactions()
+    except UnsupportedVersionError as e:
+        producer.close()
+        log.warning("the broker has no Kafka transactions (%s): publishing without them, so a "
+                    "reader may see part of a source transaction", e)  # fmt: skip
+        return Producer(dict(config)), False
+    except BaseException:
+        producer.close()
+        raise
+    log.info("publishing in Kafka transactions as transactional.id %s", transactional_id)
+    return producer, True
+
+
 class ChangePublisher:
     """Publishes changes through a blocking producer (``kayak.client.sync.Producer`` or
-    anything with its ``send_batch``/``create_topics`` shape) and waits for every ack."""
+    anything with its ``send_batch``/``create_topics`` shape) and waits for every ack.
+
+    ``transactional``: the producer's transactions are initialised; :meth:`begin`,
+    :meth:`commit` and :meth:`abort` then frame each batch (they do nothing otherwise)."""
 
     def __init__(
         self, producer: Any, encoder: EventEncoder, *, db: str,
-        ensure_topic: Callable[[str], None] | None = None,
+        ensure_topic: Callable[[str], None] | None = None, transactional: bool = False,
     ) -> None:  # fmt: skip
         self._producer = producer
         self._encoder = encoder
         self._db = db
         self._ensure_topic = ensure_topic
         self._topics: set[str] = set()
+        self.transactional = transactional
         self.events_published = 0
+
+    def begin(self) -> None:
+        """Start the Kafka transaction of the next batch (transactional publishers only)."""
+        if self.transactional:
+            self._producer.begin_transaction()
+
+    def commit(self) -> None:
+        """Make the batch's events visible to read_committed readers, all at once."""
+        if self.transactional:
+            self._producer.commit_transaction()
+
+    def abort(self) -> None:
+        """Abort the open transaction (its events are never visible to read_committed
+        readers); an error while aborting is logged, as the caller is already failing."""
+        if not self.transactional:
+            return
+        try:
+            self._producer.abort_transaction()
+        except Exception as e:
+            log.warning("aborting the capture's Kafka transaction failed: %s", e)
 
     def events(self, change: Change, now_ms: int) -> list[Event]:
         """The events of one change (see the module doc for deletes and key changes)."""
@@ -194,8 +279,9 @@ class ChangePublisher:
 
         def event(op: str, before: Row | None, after: Row | None) -> Event:
             image = after if after is not None else before
-            key = None if image is None else codec.write_key(
-                {k: image[k] for k in codec.key_fields})
+            key = (
+                None if image is None else codec.write_key({k: image[k] for k in codec.key_fields})
+            )
             row_name = codec.row_name
             value = event_value(
                 change, op=op, prefix=enc.prefix, connector=enc.connector, db=self._db,
@@ -227,20 +313,25 @@ class ChangePublisher:
         all of them (raising the first delivery error otherwise). Returns the event count.
 
         A change whose new table shape the registry refuses raises
-        :class:`~kayak.cdc.errors.SchemaChangeError` once the changes before it are
-        published; its ``published`` attribute is how many were."""
+        :class:`~kayak.cdc.errors.SchemaChangeError` once the whole source transactions before
+        it are published; its ``published`` attribute is how many changes were."""
         now_ms = time.time_ns() // 1_000_000
-        by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]] = {}
+        per_change: list[list[Event]] = []
         refused: SchemaChangeError | None = None
-        count = 0
-        for done, change in enumerate(changes):
+        for change in changes:
             try:
-                events = self.events(change, now_ms)
+                per_change.append(self.events(change, now_ms))
             except SchemaChangeError as e:
                 refused = SchemaChangeError(f"{e}; capture stopped at source position "
                                             f"{change.position}")  # fmt: skip
-                refused.published = done
+                # Not the part of the refused change's transaction before it: a reader would
+                # see half of that transaction.
+                refused.published = whole_transactions(changes, len(per_change))
+                del per_change[refused.published :]
                 break
+        by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]] = {}
+        count = 0
+        for events in per_change:
             for ev in events:
                 values, keys = by_topic.setdefault(ev.topic, ([], []))
                 values.append(ev.value)

@@ -10,7 +10,12 @@ import threading
 import click
 from rich.console import Console
 
-from kayak.cli.options import bootstrap_option, bootstrap_servers, parse_properties
+from kayak.cli.options import (
+    admin_properties,
+    bootstrap_option,
+    bootstrap_servers,
+    parse_properties,
+)
 from kayak.cli.status_line import STATUS_INTERVAL_OPTION, StatusLine, capture_progress
 from kayak.errors import KayakError
 
@@ -25,8 +30,10 @@ def cdc() -> None:
 
 
 SLOT_OPTION = click.option(
-    "--slot", default="kayak", show_default=True,
-    help="PostgreSQL: the replication slot and publication name.",
+    "--slot", default=None,
+    help="PostgreSQL: the replication slot and publication name [default: slot "
+    "kayak_DATABASE (slots are shared by the server's databases), publication kayak; a "
+    "slot 'kayak' an earlier version made for this database is kept].",
 )  # fmt: skip
 
 
@@ -34,7 +41,7 @@ SLOT_OPTION = click.option(
 @click.argument("source")
 @click.argument("tables", nargs=-1, required=True)
 @SLOT_OPTION
-def enable(source: str, tables: tuple[str, ...], slot: str) -> None:
+def enable(source: str, tables: tuple[str, ...], slot: str | None) -> None:
     """Start capturing TABLES of SOURCE.
 
     SQLite: installs triggers writing every change into TABLE_kayak_cdc_log and logs the
@@ -53,8 +60,10 @@ def enable(source: str, tables: tuple[str, ...], slot: str) -> None:
                 console.print(f"capturing {table} (snapshot: {rows} rows)")
         else:
             from kayak.cdc.postgres import enable as enable_postgres
+            from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION
 
-            enable_postgres(source, list(tables), publication=slot, slot=slot)
+            enable_postgres(source, list(tables), publication=slot or DEFAULT_PUBLICATION,
+                            slot=slot)  # fmt: skip
             console.print(f"capturing {', '.join(tables)}")
     except (KayakError, OSError, ValueError) as e:
         raise click.ClickException(" ".join(str(e).split())) from None  # one line
@@ -65,7 +74,7 @@ def enable(source: str, tables: tuple[str, ...], slot: str) -> None:
 @click.argument("tables", nargs=-1, required=True)
 @click.option("--drop-log", is_flag=True, help="SQLite: also drop the CDC log tables.")
 @SLOT_OPTION
-def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> None:
+def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str | None) -> None:
     """Stop capturing TABLES of SOURCE."""
     from kayak.pipeline.runner import source_kind, sqlite_path
 
@@ -78,9 +87,11 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
                 Console().print(f"stopped capturing {table}")
         else:
             from kayak.cdc.postgres import disable as disable_postgres
+            from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION, DEFAULT_SLOT
 
-            disable_postgres(source, publication=slot, slot=slot)
-            Console().print(f"dropped slot and publication {slot}")
+            publication = slot or DEFAULT_PUBLICATION
+            dropped = disable_postgres(source, publication=publication, slot=slot or DEFAULT_SLOT)
+            Console().print(f"dropped slot {dropped} and publication {publication}")
     except (KayakError, OSError, ValueError) as e:
         raise click.ClickException(" ".join(str(e).split())) from None  # one line
 
@@ -102,7 +113,7 @@ def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str) -> 
 @STATUS_INTERVAL_OPTION
 def run(
     source: str, tables: tuple[str, ...], registry_url: str | None, prefix: str,
-    value_format: str, slot: str, properties: tuple[str, ...], status_interval: float,
+    value_format: str, slot: str | None, properties: tuple[str, ...], status_interval: float,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE into topics PREFIX.SCHEMA.TABLE until Ctrl-C or SIGTERM.
 
@@ -116,9 +127,9 @@ def run(
                   stands still)
     """
     bootstrap = bootstrap_servers()
-    from kayak.cdc.capture import CaptureLoop
-    from kayak.cdc.publisher import ChangePublisher, EventEncoder
-    from kayak.client.sync import Admin, Producer
+    from kayak.cdc.capture import CaptureLoop, capture_transactional_id
+    from kayak.cdc.publisher import ChangePublisher, EventEncoder, open_capture_producer
+    from kayak.client.sync import Admin
     from kayak.pipeline.runner import database_name, open_source, source_kind
     from kayak.pipeline.topics import topic_ensurer
     from kayak.serde.registry import SchemaRegistryClient, split_registry_properties
@@ -135,14 +146,23 @@ def run(
         )
         change_source = open_source(source, tables, slot_name=slot)
         config = {"bootstrap.servers": bootstrap, "acks": "all", **client}
-        with Producer(config) as producer, Admin({"bootstrap.servers": bootstrap}) as admin:
+        # The admin client (it creates the topics) reaches the cluster as the producer does:
+        # same security settings, none of the producer's own properties.
+        admin_config = {"bootstrap.servers": bootstrap, **admin_properties(client)}
+        # One Kafka transaction per batch, under an id a restarted capture shares (it fences
+        # a capture killed mid-batch and aborts what that one left open).
+        producer, transactional = open_capture_producer(
+            config, capture_transactional_id(prefix, database_name(source), slot)
+        )
+        with producer, Admin(admin_config) as admin:
             encoder = EventEncoder(
                 prefix=prefix, connector=source_kind(source),
                 value_format="avro" if value_format == "avro" else "json", registry=registry,
             )  # fmt: skip
             publisher = ChangePublisher(
-                producer, encoder, db=database_name(source), ensure_topic=topic_ensurer(admin)
-            )
+                producer, encoder, db=database_name(source), ensure_topic=topic_ensurer(admin),
+                transactional=transactional,
+            )  # fmt: skip
             loop = CaptureLoop(change_source, publisher)
             console.print(f"capturing {', '.join(tables)} from {source} into {bootstrap}")
             status = StatusLine(console, lambda: capture_progress(loop.stats),

@@ -160,6 +160,14 @@ def client_properties(values: Sequence[str], command_config: Path | None) -> dic
     return properties
 
 
+def admin_properties(client: dict[str, str]) -> dict[str, str]:
+    """The admin client's share of a producer's or consumer's properties (see
+    :func:`kayak.client.config.admin_share`)."""
+    from kayak.client.config import admin_share
+
+    return admin_share(client)
+
+
 def parse_properties(values: Sequence[str]) -> dict[str, str]:
     """``-X name=value`` options as a dict of Kafka property names (a usage error otherwise)."""
     properties: dict[str, str] = {}

@@ -68,8 +68,9 @@ def pipeline() -> None:
 @click.option("--registry-url", default=None,
               help="Schema registry (default: the embedded one; needed with -b).")  # fmt: skip
 @click.option("--prefix", default="kayak", show_default=True, help="Change-topic prefix.")
-@click.option("--slot", default="kayak", show_default=True,
-              help="PostgreSQL: replication slot and publication name.")  # fmt: skip
+@click.option("--slot", default=None,
+              help="PostgreSQL: replication slot and publication name [default: slot "
+              "kayak_DATABASE, publication kayak; see kayak cdc run --help].")  # fmt: skip
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("kayak-pipeline"), show_default=True,
               help="Spark checkpoint, capture state and the embedded broker's data.")  # fmt: skip
@@ -88,6 +89,10 @@ def pipeline() -> None:
               "[default: an ephemeral port, printed at start; 0: none].")  # fmt: skip
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address for --metrics-port (0.0.0.0: every interface).")  # fmt: skip
+@click.option("--metrics-allowed-hosts", default="", metavar="HOST,...",
+              help="Further host names the pipeline's page and /metrics may be reached "
+              "under; others get 421 (DNS rebinding). localhost, --metrics-host and this "
+              "machine's name always work; * allows any.")  # fmt: skip
 @click.option("--spark-ui", is_flag=True,
               help="Turn Spark's web UI on (off by default) and print its address.")  # fmt: skip
 @click.option("--from-topics", default=None, metavar="PATTERN",
@@ -99,10 +104,10 @@ def pipeline() -> None:
               "JsonConverter (schemas.enable true or false).")  # fmt: skip
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
-    registry_url: str | None, prefix: str, slot: str, work_dir: Path, once: bool, master: str,
-    properties: tuple[str, ...], retry_timeout: float, status_interval: float,
-    metrics_port: int | None, metrics_host: str, spark_ui: bool, from_topics: str | None,
-    input_format: str | None,
+    registry_url: str | None, prefix: str, slot: str | None, work_dir: Path, once: bool,
+    master: str, properties: tuple[str, ...], retry_timeout: float, status_interval: float,
+    metrics_port: int | None, metrics_host: str, metrics_allowed_hosts: str, spark_ui: bool,
+    from_topics: str | None, input_format: str | None,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
@@ -141,8 +146,11 @@ def run(
         raise click.UsageError("--registry-url is required with -b/--bootstrap-server")
     log_path = work_dir / "pipeline.log"
     console = Console()
-    options = _RunOptions(master=master, once=once, status_interval_s=status_interval,
-                          spark_ui=spark_ui)  # fmt: skip
+    options = _RunOptions(
+        master=master, once=once, status_interval_s=status_interval, spark_ui=spark_ui,
+        metrics_allowed_hosts=tuple(h.strip() for h in metrics_allowed_hosts.split(",")
+                                    if h.strip()),
+    )  # fmt: skip
     with _logging_to(log_path), _StopSignals() as stops:
         try:
             _run(console, spec, options, stops, log_path)
@@ -160,6 +168,7 @@ class _RunOptions:
     once: bool
     status_interval_s: float
     spark_ui: bool
+    metrics_allowed_hosts: tuple[str, ...] = ()
 
 
 def _run(
@@ -185,7 +194,8 @@ def _run(
         setup = prepare_source(spec) if spec.from_topics is None else None
         kind = Pipeline if spec.from_topics is None else _topics_pipeline()
         # Spark starts last, once the broker, the source and the clients are up.
-        with kind(spec, spark_factory=start_spark, page=start_pipeline_page) as running:
+        page = functools.partial(start_pipeline_page, allowed_hosts=options.metrics_allowed_hosts)
+        with kind(spec, spark_factory=start_spark, page=page) as running:
             replicating = True
             console.print(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "

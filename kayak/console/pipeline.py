@@ -7,6 +7,12 @@ verification, and small charts (changes/s, behind-source seconds, latency p50/p9
 last minutes, from samples the server takes every few seconds into a bounded ring
 (:class:`PipelineHistory`). The page reloads itself (a meta refresh): no script is needed.
 
+A request whose ``Host`` is not one of the server's names is refused (421), as the broker's
+web server does without passwords: the page has none, and a page on another site whose name
+the attacker re-points at 127.0.0.1 (DNS rebinding) would otherwise read it. Its names are
+localhost's, the address it is bound to, this machine's name and ``allowed_hosts``
+(``kayak pipeline run --metrics-allowed-hosts``; ``*``: any).
+
 With an embedded broker the server leaves its address in the broker's data directory
 (:data:`~kayak.console.broker_metrics.PIPELINE_LINK_FILE`), so the broker's console links to
 this page while the pipeline runs.
@@ -21,6 +27,7 @@ import functools
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +40,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from kayak.broker.web.guards import own_hosts_only
 from kayak.console.assets import SCRIPT, STYLE, asset_handler
 from kayak.console.broker_metrics import PIPELINE_LINK_FILE
 from kayak.console.charts import SampleRing, format_value, series_chart, span
@@ -210,7 +218,7 @@ class PipelineConsole:
         facts: Mapping[str, object] | None = None, backlog: BacklogProbe | None = None,
         broker_console: str | None = None,
         link_dir: Path | None = None, interval_s: float = SAMPLE_INTERVAL_S,
-        window_s: float = WINDOW_S,
+        window_s: float = WINDOW_S, allowed_hosts: Sequence[str] = (),
     ) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.host, self.port = host, port
@@ -220,6 +228,7 @@ class PipelineConsole:
         self.backlog = backlog
         self.broker_console = broker_console
         self.link_dir = link_dir
+        self.allowed_hosts = tuple(allowed_hosts)
         self.interval_s = interval_s
         self.history = PipelineHistory(max(2, round(window_s / interval_s)))
         self.registry: CollectorRegistry = pipeline_registry(pipeline, backlog=backlog)
@@ -272,8 +281,17 @@ class PipelineConsole:
 
     # -- the server, on its loop -----------------------------------------------------------
 
+    def own_host_names(self) -> frozenset[str]:
+        """The names a request's ``Host`` may carry besides IP literals and localhost's."""
+        names = {self.host, socket.gethostname(), *self.allowed_hosts}
+        return frozenset(name.lower() for name in names if name)
+
     async def _serve(self) -> None:
-        app = web.Application()
+        names = self.own_host_names()
+        guard = [] if "*" in names else [
+            own_hosts_only(names, allow_option="--metrics-allowed-hosts")
+        ]  # fmt: skip
+        app = web.Application(middlewares=guard)
         app.add_routes([
             web.get("/", self._page),
             web.get("/metrics", self._metrics),
@@ -348,9 +366,12 @@ class PipelineConsole:
 
 
 
-def start_pipeline_page(pipeline: Pipeline) -> PipelineConsole:
+def start_pipeline_page(
+    pipeline: Pipeline, *, allowed_hosts: Sequence[str] = ()
+) -> PipelineConsole:
     """The page of a running ``pipeline`` on the host and port its spec names: what
-    ``kayak pipeline run`` hands the pipeline (which itself never imports the console)."""
+    ``kayak pipeline run`` hands the pipeline (which itself never imports the console).
+    ``allowed_hosts``: further names it may be reached under (see the module docstring)."""
     spec = pipeline.spec
     assert spec.metrics_port is not None and pipeline.source is not None
     facts = {
@@ -364,5 +385,5 @@ def start_pipeline_page(pipeline: Pipeline) -> PipelineConsole:
         tables=[t.qualified_name for t in pipeline.source.tables()], facts=facts,
         backlog=BacklogProbe(pipeline.bootstrap_servers, spec.client_options),
         broker_console=f"{pipeline.registry_url}/console/" if broker else None,
-        link_dir=broker.data_dir if broker else None,
+        link_dir=broker.data_dir if broker else None, allowed_hosts=allowed_hosts,
     ).start()  # fmt: skip

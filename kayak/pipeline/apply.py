@@ -11,10 +11,12 @@ runs it,
 - makes sure each table it writes exists in the shape of the change's schema, evolving it
   for a schema change (:mod:`~kayak.pipeline.targets.evolve`; targets serialise that DDL,
   as several tasks may meet a new table at once),
-- applies TRUNCATEs (order-free: see :mod:`~kayak.pipeline.targets.base`), including the one
-  that ends a table's snapshot,
-- applies each table's changes in one transaction guarded by source position, so a retried
-  task or a replayed micro-batch changes nothing,
+- applies its TRUNCATEs (order-free: see :mod:`~kayak.pipeline.targets.base`), including the
+  one that ends a table's snapshot, then every table's changes, all in *one* database
+  transaction guarded by source position: a reader of the target sees the task's whole share
+  of the micro-batch or none of it (so, with whole source transactions in each micro-batch,
+  never part of a source transaction that reached this task), and a retried task or a
+  replayed micro-batch changes nothing,
 - sends undecodable records to the dead-letter topic,
 
 and returns one small row of counts and a latency histogram, all the driver collects. Nothing
@@ -50,6 +52,7 @@ from kayak.pipeline.input_formats import make_decoder
 from kayak.pipeline.latency import LatencyHistogram
 from kayak.pipeline.session import parent_of
 from kayak.pipeline.targets import AppliedChange, Target
+from kayak.pipeline.targets.base import BatchApplyError, TableChanges, Truncate
 from kayak.pipeline.targets.evolve import renamed_table
 from kayak.pipeline.transient import ReconnectingTarget, RetryPolicy
 
@@ -69,8 +72,7 @@ log = logging.getLogger(__name__)
 # One row per task: what it applied (in all and per table, as JSON), where (the executor's
 # id, "driver" in local mode), and its latencies as histogram bucket counts (JSON).
 APPLY_STATS_SCHEMA = (
-    "changes long, applied long, dead_lettered long, latency string, executor string, "
-    "tables string"
+    "changes long, applied long, dead_lettered long, latency string, executor string, tables string"
 )
 _STATS_ARROW = pa.schema(
     [("changes", pa.int64()), ("applied", pa.int64()), ("dead_lettered", pa.int64()),
@@ -101,8 +103,8 @@ class ApplySettings:
 class ChangeApplier:
     """Applies decoded changes (the latest per key, and TRUNCATEs) to a target: each
     schema's table made sure of (created, or evolved to it:
-    :mod:`~kayak.pipeline.targets.evolve`) once, then one transaction per table guarded by
-    source position."""
+    :mod:`~kayak.pipeline.targets.evolve`) once, then all of them in one transaction guarded
+    by source position."""
 
     def __init__(self, target: Target, decoder: EventDecoder) -> None:
         self.target = target
@@ -142,45 +144,59 @@ class ChangeApplier:
         """Apply ``changes`` (the latest per key, and TRUNCATEs: :func:`latest_per_key`);
         the number of changes applied, also added up per table in ``applied_by_table``."""
         truncates = sorted((c for c in changes if c.key is None), key=lambda c: c.position)
-        applied = 0
-        for truncate in truncates:
-            done = self._truncate(truncate.schema_id, truncate.position)
-            applied += done
-            _count(applied_by_table, self.decoder.table(truncate.schema_id), done)
-        for schema_id, group in sorted(changes_by_schema(changes).items()):
-            position = max(c.position for c in group)
-            for again in (False, True):
+        groups = sorted(changes_by_schema(changes).items())
+        for again in (False, True):
+            batch_truncates: list[Truncate] = [
+                (self._prepare(t.schema_id, t.position, again=again)[0], t.position)
+                for t in truncates
+            ]
+            tables: list[TableChanges] = []
+            for schema_id, group in groups:
+                position = max(c.position for c in group)
                 table, mapping = self._prepare(schema_id, position, again=again)
-                written = [_applied_change(table, mapping, c) for c in group]
-                try:
-                    done = self.target.apply(table, written)
-                    break
-                except Exception as exc:
-                    if not again:
-                        # Another task may have evolved the table since this worker made
-                        # sure of it, even a moment ago (say, renamed a column): make sure
-                        # again and retry once; the failed transaction was rolled back.
-                        log.info("apply to %s failed (%s); checking its schema again",
-                                 table.qualified_name, one_line(exc))  # fmt: skip
-                        continue
-                    raise ApplyError(_describe_failure(table, written, exc)) from exc
-            applied += done
-            _count(applied_by_table, table, done)
+                tables.append((table, [_applied_change(table, mapping, c) for c in group]))
+            try:
+                done, counts = self.target.apply_batch(batch_truncates, tables)
+                break
+            except Exception as exc:
+                if not again:
+                    # Another task may have evolved a table since this worker made sure of
+                    # it, even a moment ago (say, renamed a column): make sure again and
+                    # retry once; the failed transaction was rolled back.
+                    log.info("apply failed (%s); checking the tables' schemas again",
+                             one_line(_cause(exc)))  # fmt: skip
+                    continue
+                raise ApplyError(_describe_batch_failure(exc)) from exc
+        applied = 0
+        for (table, _), truncated in zip(batch_truncates, done, strict=True):
+            applied += truncated
+            _count(applied_by_table, table, int(truncated))
+        for (table, _), (_, group), count in zip(tables, groups, counts, strict=True):
+            applied += count
+            _count(applied_by_table, table, count)
             if latency is not None:
                 now_ms = time.time_ns() // 1_000_000
                 # Snapshot rows carry the snapshot's time, not a commit: no latency to report.
                 latency.extend(now_ms - c.ts_ms for c in group if c.op != "r")
         return applied
 
-    def _truncate(self, schema_id: int, position: str) -> int:
-        table, _ = self._prepare(schema_id, position)
-        try:
-            return int(self.target.truncate(table, position))
-        except Exception as exc:
-            raise ApplyError(
-                f"apply failed on table {table.qualified_name}, TRUNCATE at source position "
-                f"{position}: {one_line(exc)}"
-            ) from exc
+
+def _cause(error: BaseException) -> BaseException:
+    """The database's error behind a failed batch."""
+    if isinstance(error, BatchApplyError) and error.__cause__ is not None:
+        return error.__cause__
+    return error
+
+
+def _describe_batch_failure(error: BaseException) -> str:
+    """One line for a failed batch: the table, the change or TRUNCATE, the cause."""
+    if not isinstance(error, BatchApplyError):
+        return f"apply failed: {one_line(error)}"
+    cause = _cause(error)
+    if error.truncate_position is not None:
+        return (f"apply failed on table {error.table.qualified_name}, TRUNCATE at source "
+                f"position {error.truncate_position}: {one_line(cause)}")  # fmt: skip
+    return _describe_failure(error.table, error.changes, cause)
 
 
 class _WorkerState:
@@ -293,7 +309,9 @@ def _applied_change(
     return AppliedChange(change.op, key, after, change.position, change.ts_ms, change.key or "")
 
 
-def _describe_failure(table: TableSchema, changes: Sequence[AppliedChange], exc: Exception) -> str:
+def _describe_failure(
+    table: TableSchema, changes: Sequence[AppliedChange], exc: BaseException
+) -> str:
     """One line: the table, the change (key and position) or the batch's positions, the cause."""
     where = f"table {table.qualified_name}"
     if len(changes) == 1:

@@ -120,7 +120,13 @@ class ReplicationJob:
             reader = reader.option("subscribe", ",".join(s.topics))
         if s.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(s.max_offsets_per_trigger))
-        for name, value in s.client_options.items():
+        # read_committed: a micro-batch ends at the last stable offset and skips aborted
+        # records, so it holds whole Kafka transactions (the capture publishes one per batch
+        # of whole source transactions). On kayak's broker one ListOffsets answers every
+        # partition in one step, and a transaction's markers land on all its partitions in
+        # one step, so no transaction straddles two micro-batches.
+        client = {"isolation.level": "read_committed", **s.client_options}
+        for name, value in client.items():
             reader = reader.option(f"kafka.{name}", value)
         records = reader.load().select("key", "value", "topic", "partition", "offset")
         writer = (

@@ -30,10 +30,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
-from kayak.cdc.capture import CaptureLoop
+from kayak.cdc.capture import CaptureLoop, capture_transactional_id
 from kayak.cdc.change import Row, TableSchema
 from kayak.cdc.envelope import topic_name
-from kayak.cdc.publisher import ChangePublisher, EventEncoder
+from kayak.cdc.publisher import ChangePublisher, EventEncoder, open_capture_producer
 from kayak.cdc.source import ChangeSource
 from kayak.errors import KayakError
 from kayak.pipeline.apply import one_line
@@ -131,12 +131,13 @@ def absolute_sqlite_url(url: str) -> str:
 
 
 def open_source(
-    url: str, tables: Sequence[str], *, slot_name: str = "kayak",
+    url: str, tables: Sequence[str], *, slot_name: str | None = None,
     stopping: threading.Event | None = None, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S,
 ) -> ChangeSource:  # fmt: skip
     """A capture source for ``url``; its tables must have been enabled (``kayak cdc enable``
     or :func:`prepare_source`). A PostgreSQL source uses the replication slot and the
-    publication named ``slot_name``, and reconnects (resuming at the slot's confirmed
+    publication named ``slot_name`` (None: the database's own slot and publication
+    ``kayak``, see :mod:`kayak.cdc.postgres.slot`), and reconnects (resuming at the slot's confirmed
     position) when its server goes away, for up to ``give_up_after_s``; ``stopping`` ends
     those attempts."""
     if source_kind(url) == "sqlite":
@@ -144,10 +145,12 @@ def open_source(
 
         return SqliteSource(sqlite_path(url), tables)
     from kayak.cdc.postgres import PostgresSource
+    from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION
     from kayak.cdc.reconnect import ReconnectingSource
 
+    publication = slot_name or DEFAULT_PUBLICATION
     return ReconnectingSource(
-        lambda: PostgresSource(url, tables, slot_name=slot_name, publication=slot_name),
+        lambda: PostgresSource(url, tables, slot_name=slot_name, publication=publication),
         stopping=stopping,
         give_up_after_s=give_up_after_s,
     )
@@ -220,6 +223,10 @@ def read_source_rows(url: str, table: TableSchema) -> list[Row]:
         return read_postgres_rows(pg, table, name)
 
 
+# The micro-batch cap of a pipeline from a SQLite source (see PipelineSpec).
+SQLITE_MAX_OFFSETS = 50_000
+
+
 @dataclass
 class PipelineSpec:
     """A pipeline's endpoints and settings (see ``kayak pipeline run``)."""
@@ -231,8 +238,11 @@ class PipelineSpec:
     bootstrap_servers: str | None = None
     registry_url: str | None = None
     prefix: str = "kayak"
-    slot_name: str = "kayak"
-    max_offsets_per_trigger: int | None = 50_000
+    slot_name: str | None = None  # PostgreSQL: None = the database's own (see open_source)
+    # Caps a micro-batch (records). None: everything committed, for a PostgreSQL source (a
+    # capped micro-batch could end inside a source transaction) and SQLITE_MAX_OFFSETS for a
+    # SQLite source, whose changes carry no transactions.
+    max_offsets_per_trigger: int | None = None
     capture_batch: int = 5_000
     client_options: dict[str, str] = field(default_factory=dict)
     # How long a transient source or target failure is retried before the pipeline stops.
@@ -269,6 +279,22 @@ class PipelineSpec:
         return RetryPolicy(give_up_after_s=self.retry_timeout_s)
 
 
+def micro_batch_cap(spec: PipelineSpec) -> int | None:
+    """``maxOffsetsPerTrigger`` of the replication query. Micro-batches are read with
+    read_committed and end at the last stable offset, so each holds whole capture batches
+    (Kafka transactions) and with them whole source transactions; a cap in records would end
+    one inside a transaction, so there is none unless asked for (then a warning says what it
+    costs). A SQLite source has no transactions to keep whole: capped at SQLITE_MAX_OFFSETS."""
+    cap = spec.max_offsets_per_trigger
+    if spec.from_topics is None and source_kind(spec.source) == "sqlite":
+        return cap or SQLITE_MAX_OFFSETS
+    if cap is not None:
+        log.warning("max_offsets_per_trigger=%d: a micro-batch may end inside a source "
+                    "transaction, which the target then shows half applied until the next "
+                    "one", cap)  # fmt: skip
+    return cap
+
+
 @dataclass
 class SourceSetup:
     """What :func:`prepare_source` installed on the source, so that a pipeline whose start
@@ -303,14 +329,14 @@ def prepare_source(spec: PipelineSpec) -> SourceSetup:
     setup = SourceSetup(spec.source)
     if source_kind(spec.source) != "sqlite":
         from kayak.cdc.postgres import enable as enable_postgres
-        from kayak.cdc.postgres.slot import slot_exists
+        from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION, resolve_slot, slot_exists
 
-        slot_was_there = slot_exists(spec.source, spec.slot_name)
-        created = enable_postgres(
-            spec.source, spec.tables, publication=spec.slot_name, slot=spec.slot_name
-        )
-        setup.publication = spec.slot_name if created else None
-        setup.slot = None if slot_was_there else spec.slot_name
+        slot_name = resolve_slot(spec.source, spec.slot_name)
+        publication = spec.slot_name or DEFAULT_PUBLICATION
+        slot_was_there = slot_exists(spec.source, slot_name)
+        created = enable_postgres(spec.source, spec.tables, publication=publication, slot=slot_name)
+        setup.publication = publication if created else None
+        setup.slot = None if slot_was_there else slot_name
         return setup
     import sqlite3
 
@@ -387,7 +413,8 @@ class Pipeline:
             raise
 
     def _start(self) -> Self:
-        from kayak.client.sync import Admin, Producer
+        from kayak.client.config import admin_share
+        from kayak.client.sync import Admin
         from kayak.serde import SchemaRegistryClient
 
         spec = self.spec
@@ -401,8 +428,13 @@ class Pipeline:
             give_up_after_s=spec.retry_timeout_s,
         )  # fmt: skip
         client = {"bootstrap.servers": self.bootstrap_servers, **spec.client_options}
-        self._producer = Producer({**client, "acks": "all", "linger.ms": 5})
-        admin = self._admin = Admin(client)
+        db = database_name(spec.source)
+        # One Kafka transaction per capture batch (see kayak.cdc.capture).
+        self._producer, transactional = open_capture_producer(
+            {**client, "acks": "all", "linger.ms": 5},
+            capture_transactional_id(spec.prefix, db, spec.slot_name),
+        )
+        admin = self._admin = Admin(admin_share(client))  # -X may hold producer-only names
         encoder = EventEncoder(
             prefix=spec.prefix, connector=source_kind(spec.source),
             registry=SchemaRegistryClient(self.registry_url, config=spec.registry_config),
@@ -410,8 +442,9 @@ class Pipeline:
 
         ensure_topic = topic_ensurer(admin)
         publisher = ChangePublisher(
-            self._producer, encoder, db=database_name(spec.source), ensure_topic=ensure_topic
-        )
+            self._producer, encoder, db=db, ensure_topic=ensure_topic,
+            transactional=transactional,
+        )  # fmt: skip
         self.capture = CaptureLoop(self.source, publisher, max_batch=spec.capture_batch)
         topics = [topic_name(spec.prefix, t) for t in self.source.tables()]
         for topic in topics:
@@ -440,7 +473,7 @@ class Pipeline:
             registry_config=spec.registry_config,
             checkpoint_dir=str(spec.work_dir / "checkpoint"),
             target_url=spec.target,
-            max_offsets_per_trigger=spec.max_offsets_per_trigger,
+            max_offsets_per_trigger=micro_batch_cap(spec),
             dead_letter_topic=f"{spec.prefix}.dead-letter",
             client_options=spec.client_options,
             retry=spec.retry_policy,

@@ -31,6 +31,7 @@ from kayak.cdc.reconnect import causes, transient_database_error
 from kayak.client.backoff import Deadline, ExponentialBackoff
 from kayak.errors import KayakError, SchemaRegistryError
 from kayak.pipeline.targets import AppliedChange, Target, open_target
+from kayak.pipeline.targets.base import TableChanges, Truncate
 
 __all__ = [
     "DEFAULT_GIVE_UP_AFTER_S",
@@ -175,6 +176,15 @@ class ReconnectingTarget:
             lambda: self._current().apply(table, changes),
         )
 
+    def apply_batch(
+        self, truncates: Sequence[Truncate], tables: Sequence[TableChanges]
+    ) -> tuple[list[bool], list[int]]:
+        # One transaction: redone whole on a new connection.
+        return self._retrying(
+            describe_batch(truncates, tables),
+            lambda: self._current().apply_batch(truncates, tables),
+        )
+
     def read_rows(self, table: TableSchema) -> list[Row]:
         return self._retrying(
             f"reading {table.qualified_name} from the target",
@@ -207,6 +217,18 @@ class ReconnectingTarget:
             self.close()
         except Exception:
             log.debug("while closing the failed target connection", exc_info=True)
+
+
+def describe_batch(truncates: Sequence[Truncate], tables: Sequence[TableChanges]) -> str:
+    """What a batch does, for the log: ``applying 12 changes to public.a, public.b``."""
+    parts = []
+    if truncates:
+        parts.append("truncating " + ", ".join(t.qualified_name for t, _ in truncates))
+    names = list(dict.fromkeys(t.qualified_name for t, c in tables if c))
+    if names:
+        count = sum(len(c) for _, c in tables)
+        parts.append(f"applying {count} changes to {', '.join(names)}")
+    return " and ".join(parts) or "an empty batch"
 
 
 def _first_line(error: BaseException) -> str:

@@ -7,6 +7,11 @@ not create the replication slot: :class:`~kayak.cdc.postgres.source.PostgresSour
 it together with the initial snapshot, because the snapshot must be the one the slot
 exports. :func:`disable` drops the slot and the publication.
 
+Replication slots are cluster-wide while publications live in one database, so the default
+slot is named after the database (:func:`default_slot_name`) and the default publication is
+``kayak`` in each. A database captured by an older kayak has its slot under the old default
+``kayak``: :func:`resolve_slot_name` keeps using that one (see there).
+
 Whether a slot's initial snapshot reached the log is recorded in the publication's comment
 (``COMMENT ON PUBLICATION``, a JSON object ``{"kayak_snapshot_done": {slot: lsn}}``): it lives
 and dies with the database, needs no local state directory, and a slot created anew (after a
@@ -16,6 +21,7 @@ taken again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -30,11 +36,16 @@ from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.postgres import catalog
 
 __all__ = [
+    "DEFAULT_PUBLICATION",
+    "DEFAULT_SLOT",
     "clear_snapshot_done",
+    "default_slot_name",
     "disable",
     "drop_slot",
     "enable",
     "mark_snapshot_done",
+    "resolve_slot",
+    "resolve_slot_name",
     "slot_info",
     "snapshot_done_lsn",
     "validate_name",
@@ -43,7 +54,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[a-z0-9_]{1,63}")
+_NOT_IN_NAME = re.compile(r"[^a-z0-9_]")
+_MAX_NAME = 63
 _COMMENT_KEY = "kayak_snapshot_done"
+
+DEFAULT_PUBLICATION = "kayak"
+# The default slot before slots were named per database; see resolve_slot_name.
+_LEGACY_SLOT = "kayak"
+# disable()'s "the slot resolve_slot_name picks": not a valid slot name, so never a real one.
+DEFAULT_SLOT = "<this database's default>"
 
 
 def validate_name(kind: str, name: str) -> str:
@@ -53,6 +72,47 @@ def validate_name(kind: str, name: str) -> str:
         raise SourceSetupError(
             f"{kind} name {name!r} must be 1-63 lower-case letters, digits or underscores"
         )
+    return name
+
+
+def default_slot_name(dbname: str) -> str:
+    """``kayak_<database>``, within the slot-name rules (``[a-z0-9_]``, at most 63 bytes).
+
+    Replication slots are shared by the whole cluster, so two captured databases of one
+    server need two names. When the database name had to be changed to fit (other characters,
+    too long), a digest of the real name is appended, so that ``Orders`` and ``orders`` or two
+    long names with one prefix still get different slots.
+    """
+    cleaned = _NOT_IN_NAME.sub("_", dbname.lower())
+    name = f"kayak_{cleaned}"
+    if cleaned == dbname and len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(dbname.encode()).hexdigest()[:8]
+    return f"{name[: _MAX_NAME - len(digest) - 1]}_{digest}"
+
+
+def resolve_slot_name(conn: psycopg.Connection[Any], requested: str | None) -> str:
+    """The slot to use: ``requested`` if given, else this database's default slot.
+
+    A pipeline started before slots were named per database made a slot ``kayak``: when that
+    slot exists for *this* database and the new default does not, it is kept (and its
+    position with it), so an upgrade neither loses changes nor takes the snapshot again.
+    """
+    if requested is not None:
+        return validate_name("slot", requested)
+    dbname = conn.info.dbname
+    name = default_slot_name(dbname)
+    if slot_info(conn, name) is not None:
+        return name
+    legacy = conn.execute(
+        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND database = %s "
+        "AND plugin = 'pgoutput'",
+        (_LEGACY_SLOT, dbname),
+    ).fetchone()
+    if legacy is not None:
+        log.info("using the replication slot %s an earlier kayak made for database %s "
+                 "(new default: %s, one per database)", _LEGACY_SLOT, dbname, name)  # fmt: skip
+        return _LEGACY_SLOT
     return name
 
 
@@ -70,8 +130,8 @@ def enable(
     dsn: str,
     tables: Sequence[str],
     *,
-    publication: str = "kayak",
-    slot: str = "kayak",
+    publication: str = DEFAULT_PUBLICATION,
+    slot: str | None = None,
 ) -> bool:
     """Check the database and tables can be captured and create (or extend) the publication;
     True if this call created it.
@@ -81,7 +141,8 @@ def enable(
     :class:`~kayak.cdc.errors.SourceSetupError` saying what to fix.
     """
     validate_name("publication", publication)
-    validate_name("slot", slot)
+    if slot is not None:
+        validate_name("slot", slot)
     if not tables:
         raise SourceSetupError("no tables to capture")
     names = [catalog.parse_table_name(t) for t in tables]
@@ -129,20 +190,28 @@ def slot_exists(dsn: str, slot: str) -> bool:
         return slot_info(conn, slot) is not None
 
 
+def resolve_slot(dsn: str, requested: str | None) -> str:
+    """:func:`resolve_slot_name` on a connection of its own."""
+    with connect(dsn) as conn:
+        return resolve_slot_name(conn, requested)
+
+
 def disable(
-    dsn: str, *, publication: str | None = "kayak", slot: str | None = "kayak"
-) -> None:
+    dsn: str, *, publication: str | None = DEFAULT_PUBLICATION, slot: str | None = DEFAULT_SLOT
+) -> str | None:
     """Drop the replication slot (releasing its WAL) and the publication, if they exist
-    (None: leave that one alone)."""
+    (None: leave that one alone; :data:`DEFAULT_SLOT`: the one :func:`resolve_slot_name`
+    picks). Returns the slot's name."""
     with connect(dsn) as conn:
         if slot is not None:
-            validate_name("slot", slot)
+            slot = resolve_slot_name(conn, None if slot == DEFAULT_SLOT else slot)
             drop_slot(conn, slot)
         if publication is not None:
             validate_name("publication", publication)
             conn.execute(
                 sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication))
             )
+    return slot
 
 
 def slot_info(conn: psycopg.Connection[Any], slot: str) -> tuple[str, int, int | None] | None:

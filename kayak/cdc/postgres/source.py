@@ -36,6 +36,11 @@ Snapshot durability
     slot and takes a new snapshot. Acknowledging the ``"last"`` row (or any streamed change)
     records "snapshot done" in the publication's comment (see :mod:`.slot`).
 
+Whole transactions
+    :meth:`~PostgresSource.read` returns whole source transactions: a read that reaches
+    ``max_changes`` inside a transaction goes on to its last change (snapshot rows belong to
+    none and are cut anywhere), so the capture can publish each transaction atomically.
+
 Acknowledgement
     ``acknowledge(last)`` advances the slot to the end LSN of the newest transaction all of
     whose changes are at or before ``last``, never into a transaction with unacknowledged
@@ -74,8 +79,9 @@ Schema changes and truncation
     following changes carry (:mod:`.relations`: added columns with the value existing rows
     hold, renames told from DROP + ADD by ``attnum``, new types); a change it cannot carry
     stops capture with :class:`~kayak.cdc.errors.SchemaChangeError` *after* handing out every
-    change before it. A TRUNCATE of a captured table is one ``Op.TRUNCATE`` change per table
-    (Debezium's ``t`` event); the publication must publish ``truncate`` (``enable`` does).
+    whole transaction before it. A TRUNCATE of a captured table is one ``Op.TRUNCATE``
+    change per table (Debezium's ``t`` event); the publication must publish ``truncate``
+    (``enable`` does).
 
 Session settings (time zone UTC, ISO dates, hex bytea: :data:`.types.SESSION_SETTINGS`)
 make values' text the same from the snapshot and the stream.
@@ -106,6 +112,7 @@ from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
 __all__ = ["PostgresSource", "format_lsn", "parse_lsn"]
 
 log = logging.getLogger(__name__)
+
 
 def format_lsn(lsn: int) -> str:
     """An LSN as PostgreSQL writes it (``16/B374D848``)."""
@@ -139,7 +146,8 @@ class PostgresSource:
     ``dsn`` is a libpq connection string or URI. ``tables`` are ``"table"`` (schema
     ``public``) or ``"schema.table"``, all in ``publication`` (create it with
     :func:`kayak.cdc.postgres.enable`). ``slot_name`` is created on first start (and anew
-    when a previous snapshot was not acknowledged). ``heartbeat_interval_s`` bounds how
+    when a previous snapshot was not acknowledged); None picks the database's own
+    (:func:`~kayak.cdc.postgres.slot.resolve_slot_name`). ``heartbeat_interval_s`` bounds how
     often an idle slot is moved up to the server's WAL. ``snapshot_fetch_rows`` is how
     many rows one snapshot round trip fetches, ``peek_rows`` roughly how many decoded
     messages one peek asks for, ``toast_cache_bytes`` the size of the unchanged-TOAST cache
@@ -153,8 +161,8 @@ class PostgresSource:
         dsn: str,
         tables: Sequence[str],
         *,
-        slot_name: str = "kayak",
-        publication: str = "kayak",
+        slot_name: str | None = None,
+        publication: str = slot.DEFAULT_PUBLICATION,
         heartbeat_interval_s: float = 10.0,
         snapshot_fetch_rows: int = 2000,
         peek_rows: int = 5000,
@@ -164,7 +172,8 @@ class PostgresSource:
         if not tables:
             raise SourceSetupError("no tables to capture")
         self._dsn = dsn
-        self._slot = slot.validate_name("slot", slot_name)
+        if slot_name is not None:
+            slot.validate_name("slot", slot_name)  # before connecting: a bad name is the error
         self._publication = slot.validate_name("publication", publication)
         self._heartbeat_interval_s = heartbeat_interval_s
         self._snapshot_fetch_rows = max(1, snapshot_fetch_rows)
@@ -179,6 +188,7 @@ class PostgresSource:
         try:
             _apply_session_settings(self._conn)
             catalog.check_replication_ready(self._conn)
+            self._slot = slot.resolve_slot_name(self._conn, slot_name)
             self._tables: dict[tuple[str, str], catalog.CatalogTable] = {
                 name: catalog.load_table(self._conn, *name) for name in self._names
             }
@@ -220,8 +230,9 @@ class PostgresSource:
             log.info("streaming from slot %s at %s", self._slot, format_lsn(self._confirmed))
             return
         if info is not None:
-            log.warning("slot %s has no acknowledged snapshot; taking the snapshot again",
-                        self._slot)
+            log.warning(
+                "slot %s has no acknowledged snapshot; taking the snapshot again", self._slot
+            )
             slot.drop_slot(self._conn, self._slot)
             self._snapshot_again = True
         slot.clear_snapshot_done(self._conn, self._publication, self._slot)
@@ -242,8 +253,12 @@ class PostgresSource:
         self._consistent_point = parse_lsn(fields["consistent_point"])
         self._confirmed = self._consistent_point
         self._snapshot_ts_ms = int(time.time() * 1000)
-        log.info("created slot %s at %s; snapshot %s", self._slot,
-                 fields["consistent_point"], fields["snapshot_name"])
+        log.info(
+            "created slot %s at %s; snapshot %s",
+            self._slot,
+            fields["consistent_point"],
+            fields["snapshot_name"],
+        )
 
         self._snapshot_conn = slot.connect(self._dsn)
         _apply_session_settings(self._snapshot_conn)
@@ -267,10 +282,12 @@ class PostgresSource:
             columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.schema.columns)
             cursor.execute(
                 sql.SQL("DECLARE {} NO SCROLL CURSOR FOR SELECT {} FROM {}").format(
-                    cursor_name, columns, sql.Identifier(*name))
+                    cursor_name, columns, sql.Identifier(*name)
+                )
             )
             fetch = sql.SQL("FETCH FORWARD {} FROM {}").format(
-                sql.Literal(self._snapshot_fetch_rows), cursor_name)
+                sql.Literal(self._snapshot_fetch_rows), cursor_name
+            )
             held: Change | None = None  # one row behind, to mark the table's last one
             while rows := cursor.execute(fetch).fetchall():
                 for values in rows:
@@ -279,9 +296,13 @@ class PostgresSource:
                     after = self._decode_row(table.schema, values)
                     self._toast.remember(self._cache_key(table.schema, after), after)
                     held = Change(
-                        op=Op.READ, table=table.schema, before=None, after=after,
+                        op=Op.READ,
+                        table=table.schema,
+                        before=None,
+                        after=after,
                         position=format_position(self._consistent_point, 0, seq),
-                        ts_ms=self._snapshot_ts_ms, snapshot="true",
+                        ts_ms=self._snapshot_ts_ms,
+                        snapshot="true",
                         lsn=self._consistent_point,
                     )
                     seq += 1
@@ -301,9 +322,13 @@ class PostgresSource:
         if not self._snapshot_again:
             return None
         return Change(
-            op=Op.TRUNCATE, table=table, before=None, after=None,
+            op=Op.TRUNCATE,
+            table=table,
+            before=None,
+            after=None,
             position=snapshot_floor(format_position(self._consistent_point, 0, 0)),
-            ts_ms=self._snapshot_ts_ms, snapshot="last_in_data_collection",
+            ts_ms=self._snapshot_ts_ms,
+            snapshot="last_in_data_collection",
             lsn=self._consistent_point,
         )
 
@@ -322,12 +347,14 @@ class PostgresSource:
         if self._snapshot_done:
             return
         try:
-            slot.mark_snapshot_done(self._conn, self._publication, self._slot,
-                                    format_lsn(self._consistent_point))
+            slot.mark_snapshot_done(
+                self._conn, self._publication, self._slot, format_lsn(self._consistent_point)
+            )
         except psycopg.Error as e:
             raise CaptureError(
                 f"cannot record the snapshot of slot {self._slot!r} as done in the comment "
-                f"of publication {self._publication!r}: {e}") from e
+                f"of publication {self._publication!r}: {e}"
+            ) from e
         self._snapshot_done = True
 
     # -- ChangeSource -----------------------------------------------------------------------
@@ -345,8 +372,7 @@ class PostgresSource:
         deadline = time.monotonic() + timeout_s
         while True:
             if self._pending:
-                count = min(max_changes, len(self._pending))
-                return [self._pending.popleft() for _ in range(count)]
+                return self._take_pending(max_changes)
             if self._schema_error is not None:
                 raise self._schema_error
             self._poll()
@@ -356,6 +382,20 @@ class PostgresSource:
             if remaining <= 0:
                 return []
             time.sleep(min(self._poll_interval_s, remaining))
+
+    def _take_pending(self, max_changes: int) -> list[Change]:
+        """Up to ``max_changes`` decoded changes, and past that to the end of the last one's
+        transaction: a read never cuts a source transaction, so capture can publish each
+        whole (``_pending`` holds whole transactions only)."""
+        pending = self._pending
+        taken = [pending.popleft() for _ in range(min(max_changes, len(pending)))]
+        while (
+            pending
+            and pending[0].tx_id == taken[-1].tx_id
+            and (pending[0].position.split("/", 1)[0] == taken[-1].position.split("/", 1)[0])
+        ):
+            taken.append(pending.popleft())
+        return taken
 
     def acknowledge(self, last: Change) -> None:
         """Move the slot past every transaction whose changes are all at or before ``last``."""
@@ -415,7 +455,8 @@ class PostgresSource:
         """Peek for transactions not decoded yet; heartbeat when there are none."""
         try:
             row = self._conn.execute(
-                "SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint").fetchone()
+                "SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint"
+            ).fetchone()
             assert row is not None
             flush_lsn = int(row[0])
             found_new = self._peek()
@@ -470,20 +511,25 @@ class PostgresSource:
                 try:
                     self._relations.on_relation(message, lsn)
                 except SchemaChangeError as e:
-                    # Hand out everything before the change (this transaction's earlier
-                    # changes too, without letting the slot move past it), then stop.
+                    # Hand out every whole transaction before the change, then stop. Not
+                    # this transaction's earlier changes: published, they would be half a
+                    # source transaction (the slot stays before it, so all of it comes again
+                    # once the change can be carried).
                     log.error("%s", e)
-                    self._pending.extend(tx_changes if not skip else ())
                     self._schema_error = e
                     return True
             elif isinstance(message, pgoutput.Commit):
                 if begin is None:
                     raise CaptureError("pgoutput Commit without Begin")
                 if not skip:
-                    self._transactions.append(_Transaction(
-                        commit_lsn=message.commit_lsn, end_lsn=message.end_lsn,
-                        last_position=tx_changes[-1].position if tx_changes else None,
-                        rows=tx_rows))
+                    self._transactions.append(
+                        _Transaction(
+                            commit_lsn=message.commit_lsn,
+                            end_lsn=message.end_lsn,
+                            last_position=tx_changes[-1].position if tx_changes else None,
+                            rows=tx_rows,
+                        )
+                    )
                     self._pending.extend(tx_changes)
                     self._last_decoded_commit = message.commit_lsn
                     found_new = True
@@ -547,7 +593,8 @@ class PostgresSource:
         if len(values) != len(table.columns):
             raise CaptureError(
                 f"{table.qualified_name}: tuple has {len(values)} columns, relation "
-                f"{len(table.columns)}")
+                f"{len(table.columns)}"
+            )
         row: Row = {}
         unchanged: list[str] = []
         for column, value in zip(table.columns, values, strict=True):
@@ -599,9 +646,15 @@ class PostgresSource:
             before = old if message.old_kind == "O" else table.key_of(old)
         self._track_toast(table, before, after)
         return Change(
-            op=op, table=table, before=before, after=after,
+            op=op,
+            table=table,
+            before=before,
+            after=after,
             position=format_position(begin.final_lsn, lsn, seq),
-            ts_ms=begin.commit_ts_us // 1000, snapshot="false", tx_id=begin.xid, lsn=lsn,
+            ts_ms=begin.commit_ts_us // 1000,
+            snapshot="false",
+            tx_id=begin.xid,
+            lsn=lsn,
             extra=extra,
         )
 
@@ -637,8 +690,12 @@ class PostgresSource:
             return []
         fetched = self._fetch_current(relation, after, missing)
         if fetched is None:
-            log.warning("%s: row %s is gone; unchanged TOAST columns %s unavailable",
-                        table.qualified_name, table.key_of(after), missing)
+            log.warning(
+                "%s: row %s is gone; unchanged TOAST columns %s unavailable",
+                table.qualified_name,
+                table.key_of(after),
+                missing,
+            )
             return missing
         after.update(fetched)
         return []

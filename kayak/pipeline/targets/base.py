@@ -34,7 +34,10 @@ __all__ = [
     "POSITIONS_TABLE",
     "VERSIONS_TABLE",
     "AppliedChange",
+    "BatchApplyError",
+    "TableChanges",
     "Target",
+    "Truncate",
     "change_key_text",
     "key_from_text",
     "key_text",
@@ -59,6 +62,27 @@ class AppliedChange:
     position: str
     ts_ms: int
     key_text: str = ""  # the key's canonical text when already known (see change_key_text)
+
+
+# A TRUNCATE to apply: the table and its source position.
+Truncate = tuple[TableSchema, str]
+# One table's changes to apply (the latest per key).
+TableChanges = tuple[TableSchema, Sequence[AppliedChange]]
+
+
+class BatchApplyError(Exception):
+    """A batch's transaction failed at one table (its cause is the database's error, which
+    decides whether a retry may help): ``table``, and the changes or the TRUNCATE position
+    being applied there."""
+
+    def __init__(
+        self, table: TableSchema, changes: Sequence[AppliedChange] = (),
+        truncate_position: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(f"applying to {table.qualified_name} failed")
+        self.table = table
+        self.changes = changes
+        self.truncate_position = truncate_position
 
 
 def _json_default(value: Any) -> Any:
@@ -109,6 +133,15 @@ class Target(Protocol):
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
         """Apply changes (one per key) in one transaction, skipping any not newer than what
         was applied before; the number applied."""
+        ...
+
+    def apply_batch(
+        self, truncates: Sequence[Truncate], tables: Sequence[TableChanges]
+    ) -> tuple[list[bool], list[int]]:
+        """``truncates`` in order, then each table's changes, all in one transaction, so a
+        reader of the target sees all of them or none (the tables of ``tables`` made sure of
+        beforehand); whether each truncate was applied, and each table's count applied. A
+        failure rolls everything back and raises :class:`BatchApplyError`."""
         ...
 
     def read_rows(self, table: TableSchema) -> list[Row]:

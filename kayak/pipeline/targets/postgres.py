@@ -36,6 +36,9 @@ from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
     VERSIONS_TABLE,
     AppliedChange,
+    BatchApplyError,
+    TableChanges,
+    Truncate,
     change_key_text,
     key_from_text,
     newer,
@@ -124,7 +127,8 @@ def _default_sql(table: TableSchema, column: Column, declared: str) -> sql.Compo
     if not isinstance(value, str | int | float | bool | bytes):
         raise TargetSchemaError(
             f"table {table.qualified_name!r} column {column.name!r}: default of type "
-            f"{type(value).__name__} is not created")
+            f"{type(value).__name__} is not created"
+        )
     return sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(declared))
 
 
@@ -184,7 +188,8 @@ class PostgresTarget:
             self._lock_ddl()
             for name in sorted({schema, *(t.schema for t in user_types.values())}):
                 self._conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name))
+                )
             for column_name, user_type in user_types.items():
                 self._ensure_user_type(table, column_name, user_type)
             self._conn.execute(
@@ -229,7 +234,8 @@ class PostgresTarget:
         def refuse(why: str) -> TargetSchemaError:
             return TargetSchemaError(
                 f"table {table.qualified_name!r} column {column!r}: type "
-                f"{wanted.qualified_name!r} exists in the target {why}")
+                f"{wanted.qualified_name!r} exists in the target {why}"
+            )
 
         if found is None:
             log.info("target: CREATE %s %s", "DOMAIN" if wanted.kind == "domain" else "TYPE",
@@ -292,7 +298,8 @@ class PostgresTarget:
         wanted = [(name, kind.render()) for name, kind in user_type.fields]
         have = [(name, kind) for name, kind in rows]
         same = len(have) <= len(wanted) and all(
-            h[0] == w[0] and _same_type(h[1], w[1]) for h, w in zip(have, wanted, strict=False))
+            h[0] == w[0] and _same_type(h[1], w[1]) for h, w in zip(have, wanted, strict=False)
+        )
         if not same:
             shown = ", ".join(f"{n} {k}" for n, k in have)
             raise refuse(f"as a composite of ({shown:.120}), the source's fields differ")
@@ -375,17 +382,30 @@ class PostgresTarget:
             default = defaults[column.name]
             clause: sql.Composable = sql.SQL("")
             if default is not None:
-                clause = sql.SQL(" DEFAULT {}{}").format(default, sql.SQL(
-                    "" if column.nullable or column.name in table.key else " NOT NULL"))
-            log.info("target %s: ADD COLUMN %s %s%s", table.qualified_name, column.name,
-                     types[column.name], " with a default" if default is not None else "")
-            self._conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}{}").format(
-                name, sql.Identifier(column.name), sql.SQL(types[column.name]), clause))
+                clause = sql.SQL(" DEFAULT {}{}").format(
+                    default,
+                    sql.SQL("" if column.nullable or column.name in table.key else " NOT NULL"),
+                )
+            log.info(
+                "target %s: ADD COLUMN %s %s%s",
+                table.qualified_name,
+                column.name,
+                types[column.name],
+                " with a default" if default is not None else "",
+            )
+            self._conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}{}").format(
+                    name, sql.Identifier(column.name), sql.SQL(types[column.name]), clause
+                )
+            )
         for column_name in evolution.drop_not_null:
             log.info("target %s: column %s made nullable (gone from the source or nullable "
                      "there)", table.qualified_name, column_name)  # fmt: skip
-            self._conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP NOT NULL").format(
-                name, sql.Identifier(column_name)))
+            self._conn.execute(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP NOT NULL").format(
+                    name, sql.Identifier(column_name)
+                )
+            )
 
     def _store_version(
         self, table: TableSchema, position: str, renames: list[Rename], types: dict[str, str]
@@ -400,69 +420,107 @@ class PostgresTarget:
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
         if not changes:
             return 0
+        changes = self._before_apply(table, changes)
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            return self._apply(cur, table, changes)
+
+    def apply_batch(
+        self, truncates: Sequence[Truncate], tables: Sequence[TableChanges]
+    ) -> tuple[list[bool], list[int]]:
+        # Enum labels first, each in a transaction of its own: a label added in the batch's
+        # transaction could not be used before it commits.
+        ready = [(t, self._before_apply(t, c) if c else c) for t, c in tables]
+        done: list[bool] = []
+        counts: list[int] = []
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            for table, position in truncates:
+                try:
+                    done.append(self._truncate(cur, table, position))
+                except Exception as e:
+                    raise BatchApplyError(table, truncate_position=position) from e
+            for table, changes in ready:
+                try:
+                    counts.append(self._apply(cur, table, changes) if changes else 0)
+                except Exception as e:
+                    raise BatchApplyError(table, changes) from e
+        return done, counts
+
+    def _before_apply(
+        self, table: TableSchema, changes: Sequence[AppliedChange]
+    ) -> Sequence[AppliedChange]:  # fmt: skip
+        """Changes as the table's columns hold them, their enum labels added to the target."""
         if any(c.type is ColumnType.ANY for c in table.columns):
             changes = [_as_text_forms(table, c) for c in changes]
         self._add_arriving_labels(table, changes)
+        return changes
+
+    def _apply(
+        self, cur: psycopg.Cursor[Any], table: TableSchema, changes: Sequence[AppliedChange]
+    ) -> int:  # fmt: skip
+        """The body of :meth:`apply`, in the caller's transaction."""
         name = self._name(table)
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            # FOR SHARE: applies of the table run side by side, a truncate waits for them
-            # (and they for it), and this reads the floor a committed truncate left.
-            floor_row = cur.execute(
-                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = %s AND key = %s "
-                "FOR SHARE", (table.qualified_name, FLOOR_KEY),
-            ).fetchone()  # fmt: skip
-            texts = [change_key_text(table, c) for c in changes]
-            cur.execute(
-                f"SELECT key, pos FROM {POSITIONS_TABLE} WHERE table_name = %s "
-                "AND key = ANY(%s) FOR UPDATE",
-                (table.qualified_name, texts),
+        # FOR SHARE: applies of the table run side by side, a truncate waits for them
+        # (and they for it), and this reads the floor a committed truncate left.
+        floor_row = cur.execute(
+            f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = %s AND key = %s "
+            "FOR SHARE", (table.qualified_name, FLOOR_KEY),
+        ).fetchone()  # fmt: skip
+        texts = [change_key_text(table, c) for c in changes]
+        cur.execute(
+            f"SELECT key, pos FROM {POSITIONS_TABLE} WHERE table_name = %s "
+            "AND key = ANY(%s) FOR UPDATE",
+            (table.qualified_name, texts),
+        )
+        todo = newer(changes, table, dict(cur.fetchall()), floor_row[0] if floor_row else "")
+        deletes, upserts = statement_rows(table, todo)
+        if deletes:
+            where = sql.SQL(" AND ").join(
+                sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key
             )
-            todo = newer(changes, table, dict(cur.fetchall()), floor_row[0] if floor_row else "")
-            deletes, upserts = statement_rows(table, todo)
-            if deletes:
-                where = sql.SQL(" AND ").join(
-                    sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key
-                )
-                cur.executemany(sql.SQL("DELETE FROM {} WHERE {}").format(name, where), deletes)
-            if upserts:
-                cur.executemany(self._upsert_sql(table), upserts)
-            cur.executemany(
-                f"INSERT INTO {POSITIONS_TABLE} (table_name, key, pos) VALUES (%s, %s, %s) "
-                "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
-                [(table.qualified_name, text, c.position) for text, c in todo],
-            )
+            cur.executemany(sql.SQL("DELETE FROM {} WHERE {}").format(name, where), deletes)
+        if upserts:
+            cur.executemany(self._upsert_sql(table), upserts)
+        cur.executemany(
+            f"INSERT INTO {POSITIONS_TABLE} (table_name, key, pos) VALUES (%s, %s, %s) "
+            "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
+            [(table.qualified_name, text, c.position) for text, c in todo],
+        )
         return len(todo)
 
     def truncate(self, table: TableSchema, position: str) -> bool:
-        name = self._name(table)
         with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {POSITIONS_TABLE} VALUES (%s, %s, '') ON CONFLICT DO NOTHING",
-                (table.qualified_name, FLOOR_KEY))  # fmt: skip
-            row = cur.execute(
-                f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = %s AND key = %s "
-                "FOR UPDATE", (table.qualified_name, FLOOR_KEY)).fetchone()  # fmt: skip
-            if row is not None and position <= row[0]:
-                return False
-            # Rows changed after the truncate (applied first: another partition was ahead)
-            # stay; everything else goes.
-            later = [k for (k,) in cur.execute(
-                f"SELECT key FROM {POSITIONS_TABLE} WHERE table_name = %s AND key <> %s "
-                "AND pos > %s", (table.qualified_name, FLOOR_KEY, position))]  # fmt: skip
-            keep = self._rows_by_key(cur, name, table, later)
-            cur.execute(sql.SQL("TRUNCATE {}").format(name))
-            if keep:
-                columns = list(keep[0])
-                cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                    name, sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-                    sql.SQL(", ").join(sql.Placeholder() * len(columns))),
-                    [tuple(r.values()) for r in keep])  # fmt: skip
-            cur.execute(
-                f"DELETE FROM {POSITIONS_TABLE} WHERE table_name = %s AND key <> %s "
-                "AND pos <= %s", (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
-            cur.execute(
-                f"UPDATE {POSITIONS_TABLE} SET pos = %s WHERE table_name = %s AND key = %s",
-                (position, table.qualified_name, FLOOR_KEY))  # fmt: skip
+            return self._truncate(cur, table, position)
+
+    def _truncate(self, cur: psycopg.Cursor[Any], table: TableSchema, position: str) -> bool:
+        """The body of :meth:`truncate`, in the caller's transaction."""
+        name = self._name(table)
+        cur.execute(
+            f"INSERT INTO {POSITIONS_TABLE} VALUES (%s, %s, '') ON CONFLICT DO NOTHING",
+            (table.qualified_name, FLOOR_KEY))  # fmt: skip
+        row = cur.execute(
+            f"SELECT pos FROM {POSITIONS_TABLE} WHERE table_name = %s AND key = %s "
+            "FOR UPDATE", (table.qualified_name, FLOOR_KEY)).fetchone()  # fmt: skip
+        if row is not None and position <= row[0]:
+            return False
+        # Rows changed after the truncate (applied first: another partition was ahead)
+        # stay; everything else goes.
+        later = [k for (k,) in cur.execute(
+            f"SELECT key FROM {POSITIONS_TABLE} WHERE table_name = %s AND key <> %s "
+            "AND pos > %s", (table.qualified_name, FLOOR_KEY, position))]  # fmt: skip
+        keep = self._rows_by_key(cur, name, table, later)
+        cur.execute(sql.SQL("TRUNCATE {}").format(name))
+        if keep:
+            columns = list(keep[0])
+            cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                name, sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+                sql.SQL(", ").join(sql.Placeholder() * len(columns))),
+                [tuple(r.values()) for r in keep])  # fmt: skip
+        cur.execute(
+            f"DELETE FROM {POSITIONS_TABLE} WHERE table_name = %s AND key <> %s "
+            "AND pos <= %s", (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
+        cur.execute(
+            f"UPDATE {POSITIONS_TABLE} SET pos = %s WHERE table_name = %s AND key = %s",
+            (position, table.qualified_name, FLOOR_KEY))  # fmt: skip
         log.info("target %s truncated at source position %s (%d later rows kept)",
                  table.qualified_name, position, len(keep))  # fmt: skip
         return True
@@ -471,7 +529,8 @@ class PostgresTarget:
         self, cur: psycopg.Cursor[Any], name: sql.Composed, table: TableSchema, keys: list[str]
     ) -> list[dict[str, Any]]:  # fmt: skip
         where = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key)
+            sql.SQL("{} = %s").format(sql.Identifier(k)) for k in table.key
+        )
         rows = []
         for text in keys:
             cur.execute(sql.SQL("SELECT * FROM {} WHERE {}").format(name, where),
@@ -511,8 +570,12 @@ class PostgresTarget:
 
 def _boolean_domain(column: Column) -> bool:
     user_type = column.user_type
-    return (user_type is not None and user_type.kind == "domain" and not user_type.dimensions
-            and user_type.base in ("boolean", "bool"))
+    return (
+        user_type is not None
+        and user_type.kind == "domain"
+        and not user_type.dimensions
+        and user_type.base in ("boolean", "bool")
+    )
 
 
 def _as_text_forms(table: TableSchema, change: AppliedChange) -> AppliedChange:
@@ -537,17 +600,24 @@ def read_postgres_rows(
     # Text output, as the source reads values; booleans as booleans (their ::text is 'true',
     # not the 't' the type's output function and the replication stream give).
     cols = sql.SQL(", ").join(
-        sql.SQL("{}" if c.type is ColumnType.BOOLEAN else
-                "CASE WHEN {} THEN 't' WHEN NOT {} THEN 'f' END" if _boolean_domain(c) else
-                "{}::text").format(*[sql.Identifier(c.name)] * (2 if _boolean_domain(c) else 1))
+        sql.SQL(
+            "{}"
+            if c.type is ColumnType.BOOLEAN
+            else "CASE WHEN {} THEN 't' WHEN NOT {} THEN 'f' END"
+            if _boolean_domain(c)
+            else "{}::text"
+        ).format(*[sql.Identifier(c.name)] * (2 if _boolean_domain(c) else 1))
         for c in table.columns
     )  # a boolean domain's values as its output function (and the stream) writes them
     order = sql.SQL(", ").join(sql.Identifier(k) for k in table.key)
     rows = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY {}").format(cols, name, order))
     return [
         {
-            c.name: v if v is None or c.type is ColumnType.BOOLEAN
-            else TextForm(v) if c.type is ColumnType.ANY else decode_value(c.type, v)
+            c.name: v
+            if v is None or c.type is ColumnType.BOOLEAN
+            else TextForm(v)
+            if c.type is ColumnType.ANY
+            else decode_value(c.type, v)
             for c, v in zip(table.columns, row, strict=True)
         }
         for row in rows

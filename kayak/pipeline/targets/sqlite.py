@@ -20,6 +20,9 @@ from kayak.pipeline.targets.base import (
     POSITIONS_TABLE,
     VERSIONS_TABLE,
     AppliedChange,
+    BatchApplyError,
+    TableChanges,
+    Truncate,
     change_key_text,
     chunks,
     key_from_text,
@@ -82,7 +85,8 @@ def _default_sql(table: TableSchema, column: Column) -> str | None:
         return f"X'{value.hex()}'"
     raise TargetSchemaError(
         f"table {table.qualified_name!r} column {column.name!r}: default {value!r:.40} is not "
-        "created in a SQLite target")
+        "created in a SQLite target"
+    )
 
 
 class SqliteTarget:
@@ -167,7 +171,8 @@ class SqliteTarget:
             raise TargetSchemaError(
                 f"table {table.qualified_name!r} column {column.name!r}: ALTER COLUMN TYPE "
                 f"{types[column.name]} is not carried to a SQLite target (SQLite cannot "
-                "change a column's type affinity in place)")
+                "change a column's type affinity in place)"
+            )
         for old, new in evolution.renames:
             log.info("target %s: RENAME COLUMN %s TO %s", table.qualified_name, old, new)
             self._conn.execute(f"ALTER TABLE {name} RENAME COLUMN {quote_identifier(old)} TO "
@@ -177,7 +182,8 @@ class SqliteTarget:
             clause = ""
             if default is not None:
                 clause = f" DEFAULT {default}" + (
-                    "" if column.nullable or column.name in table.key else " NOT NULL")
+                    "" if column.nullable or column.name in table.key else " NOT NULL"
+                )
             log.info("target %s: ADD COLUMN %s %s%s", table.qualified_name, column.name,
                      types[column.name], clause)  # fmt: skip
             self._conn.execute(
@@ -189,7 +195,8 @@ class SqliteTarget:
             if column_name in wanted:
                 raise TargetSchemaError(
                     f"table {table.qualified_name!r} column {column_name!r}: DROP NOT NULL is "
-                    "not carried to a SQLite target (SQLite cannot drop NOT NULL in place)")
+                    "not carried to a SQLite target (SQLite cannot drop NOT NULL in place)"
+                )
             # Gone from the source and NOT NULL here: every new row would be refused, and
             # SQLite cannot drop the constraint in place, only the column.
             log.info("target %s: DROP COLUMN %s (NOT NULL, gone from the source)",
@@ -229,28 +236,58 @@ class SqliteTarget:
     def apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
         if not changes:
             return 0
+        return self._run_batch([], [(table, changes)], wrap=False)[1][0]
+
+    def apply_batch(
+        self, truncates: Sequence[Truncate], tables: Sequence[TableChanges]
+    ) -> tuple[list[bool], list[int]]:
+        return self._run_batch(truncates, tables, wrap=True)
+
+    def _run_batch(
+        self, truncates: Sequence[Truncate], tables: Sequence[TableChanges], *, wrap: bool
+    ) -> tuple[list[bool], list[int]]:
+        """One transaction; ``wrap``: a failure as :class:`BatchApplyError` (else as is)."""
         conn = self._conn
+        done: list[bool] = []
+        counts: list[int] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
-            floor = self._floor(table)
-            todo = newer(changes, table, self._applied(table, changes), floor or "")
-            deletes, upserts = statement_rows(table, todo)
-            if deletes:
-                where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
-                conn.executemany(
-                    f"DELETE FROM {quote_identifier(table.name)} WHERE {where}", deletes
-                )
-            if upserts:
-                conn.executemany(self._upsert_sql(table), upserts)
-            conn.executemany(
-                f"INSERT INTO {POSITIONS_TABLE} (table_name, key, pos) VALUES (?, ?, ?) "
-                "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
-                [(table.qualified_name, text, c.position) for text, c in todo],
-            )
+            for table, position in truncates:
+                try:
+                    done.append(self._truncate(table, position))
+                except Exception as e:
+                    if not wrap:
+                        raise
+                    raise BatchApplyError(table, truncate_position=position) from e
+            for table, changes in tables:
+                try:
+                    counts.append(self._apply(table, changes) if changes else 0)
+                except Exception as e:
+                    if not wrap:
+                        raise
+                    raise BatchApplyError(table, changes) from e
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        return done, counts
+
+    def _apply(self, table: TableSchema, changes: Sequence[AppliedChange]) -> int:
+        """The body of :meth:`apply`, in the caller's transaction."""
+        conn = self._conn
+        floor = self._floor(table)
+        todo = newer(changes, table, self._applied(table, changes), floor or "")
+        deletes, upserts = statement_rows(table, todo)
+        if deletes:
+            where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
+            conn.executemany(f"DELETE FROM {quote_identifier(table.name)} WHERE {where}", deletes)
+        if upserts:
+            conn.executemany(self._upsert_sql(table), upserts)
+        conn.executemany(
+            f"INSERT INTO {POSITIONS_TABLE} (table_name, key, pos) VALUES (?, ?, ?) "
+            "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
+            [(table.qualified_name, text, c.position) for text, c in todo],
+        )
         return len(todo)
 
     def _floor(self, table: TableSchema) -> str | None:
@@ -262,34 +299,34 @@ class SqliteTarget:
         return None if row is None else str(row[0])
 
     def truncate(self, table: TableSchema, position: str) -> bool:
+        return self._run_batch([(table, position)], [], wrap=False)[0][0]
+
+    def _truncate(self, table: TableSchema, position: str) -> bool:
+        """The body of :meth:`truncate`, in the caller's transaction."""
         conn = self._conn
         name = quote_identifier(table.name)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            floor = self._floor(table)
-            if floor is not None and position <= floor:
-                conn.execute("ROLLBACK")
-                return False
-            # Rows changed after the truncate (applied first) stay; everything else goes.
-            later = [key_from_text(k) for (k,) in conn.execute(
-                f"SELECT key FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? "
-                "AND pos > ?", (table.qualified_name, FLOOR_KEY, position))]  # fmt: skip
-            where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
-            keep = [row for key in later
-                    for (row,) in conn.execute(f"SELECT rowid FROM {name} WHERE {where}", key)]
-            conn.execute(f"DELETE FROM {name} WHERE rowid NOT IN (SELECT value FROM json_each(?))",
-                         (json.dumps(keep),))  # fmt: skip
-            conn.execute(
-                f"DELETE FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? AND pos <= ?",
-                (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
-            conn.execute(
-                f"INSERT INTO {POSITIONS_TABLE} VALUES (?, ?, ?) "
-                "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
-                (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        floor = self._floor(table)
+        if floor is not None and position <= floor:
+            return False
+        # Rows changed after the truncate (applied first) stay; everything else goes.
+        later = [key_from_text(k) for (k,) in conn.execute(
+            f"SELECT key FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? "
+            "AND pos > ?", (table.qualified_name, FLOOR_KEY, position))]  # fmt: skip
+        where = " AND ".join(f"{quote_identifier(k)} = ?" for k in table.key)
+        keep = [
+            row
+            for key in later
+            for (row,) in conn.execute(f"SELECT rowid FROM {name} WHERE {where}", key)
+        ]
+        conn.execute(f"DELETE FROM {name} WHERE rowid NOT IN (SELECT value FROM json_each(?))",
+                     (json.dumps(keep),))  # fmt: skip
+        conn.execute(
+            f"DELETE FROM {POSITIONS_TABLE} WHERE table_name = ? AND key <> ? AND pos <= ?",
+            (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
+        conn.execute(
+            f"INSERT INTO {POSITIONS_TABLE} VALUES (?, ?, ?) "
+            "ON CONFLICT (table_name, key) DO UPDATE SET pos = excluded.pos",
+            (table.qualified_name, FLOOR_KEY, position))  # fmt: skip
         log.info("target %s truncated at source position %s (%d later rows kept)",
                  table.qualified_name, position, len(keep))  # fmt: skip
         return True
