@@ -54,24 +54,17 @@ from kafka_peer import (
     start_apache_kafka,
     warm_up,
 )
-from peers import (
-    BrokerProcess,
-    PipelinedClient,
+from machine_limits import fdatasync_rate, machine_notes
+from peers import BrokerProcess, start_empty_server, start_kayak, start_tansu
+from protocol_clients import PipelinedClient, create_topic, high_watermark, run_async
+from result_tables import (
     Table,
     add_plot_option,
-    create_topic,
-    fdatasync_rate,
-    high_watermark,
     human,
-    machine_notes,
     median,
     paired_ratio,
     plot_table,
-    run_async,
     spread,
-    start_empty_server,
-    start_kayak,
-    start_tansu,
     times,
 )
 from usage import server_cpu_seconds

@@ -52,15 +52,13 @@ from kafka_peer import (
     run_tool,
     start_broker,
 )
-from peers import (
-    BrokerProcess,
-    MiB,
+from machine_limits import machine_notes
+from peers import BrokerProcess, MiB
+from protocol_clients import create_topic, high_watermark
+from result_tables import (
     Table,
     add_plot_option,
-    create_topic,
-    high_watermark,
     human,
-    machine_notes,
     median,
     paired_ratio,
     plot_table,

@@ -36,21 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
-from peers import (
-    REPO,
-    BrokerProcess,
-    MiB,
-    Table,
-    add_plot_option,
-    cpu_seconds,
-    machine_notes,
-    median,
-    paired_ratio,
-    plot_table,
-    run_async,
-    scratch_dir,
-    times,
-)
+from machine_limits import cpu_seconds, machine_notes
+from peers import REPO, BrokerProcess, MiB, scratch_dir
+from protocol_clients import run_async
+from result_tables import Table, add_plot_option, median, paired_ratio, plot_table, times
 
 from kayak.broker.security.tls import ktls_available
 from tests.fixtures.certs import TlsFiles, make_tls_files

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peers import Table, add_plot_option, median, plot_table, times
+from result_tables import Table, add_plot_option, median, plot_table, times
 
 from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
 from kayak.pipeline.session import local_spark
@@ -98,6 +98,22 @@ def pg_source(server: object, name: str, rows: int) -> str:
     return dsn
 
 
+def drop_pg_database(server: object, name: str) -> None:
+    """Drop a run's database and its replication slots (slots are the cluster's: one left
+    behind keeps its WAL and a slot of the cluster's few)."""
+    import psycopg
+
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:  # type: ignore[attr-defined]
+        admin.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE database = %s AND active_pid IS NOT NULL", (name,))  # fmt: skip
+        for (slot,) in admin.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+        ).fetchall():
+            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def replicate(spark: object, spec: PipelineSpec, workload: Callable[[], None], changes: int
               ) -> tuple[float, float, float]:  # fmt: skip
     """(changes/s end to end, p50 ms, p99 ms) with the pipeline running during ``workload``."""
@@ -130,8 +146,9 @@ def spark_batches(progress: list[object]) -> str:
         for k in parts
     )
     rows = median([p.numInputRows for p in busy])  # type: ignore[attr-defined]
-    return (f"spark: {len(busy)} batches with records, {rows:,.0f} records each; "
-            f"median ms: {medians}")
+    return (
+        f"spark: {len(busy)} batches with records, {rows:,.0f} records each; median ms: {medians}"
+    )
 
 
 def main() -> None:
@@ -157,6 +174,7 @@ def main() -> None:
             for run in range(args.runs):
                 work = root / f"{kind}-{run}"
                 work.mkdir()
+                databases: list[str] = []  # PostgreSQL: this run's, dropped after it
                 if kind == "sqlite":
                     plain, captured = str(work / "plain.db"), str(work / "source.db")
                     for path in (plain, captured):
@@ -177,19 +195,29 @@ def main() -> None:
                         if bin_dir is None:
                             raise SystemExit("PostgreSQL not installed (make test installs it)")
                         server = start_cluster(bin_dir)
-                    plain = pg_source(server, f"plain{run}", args.rows)
-                    source = pg_source(server, f"source{run}", args.rows)
+                    # A database per run, each with its own slot (named after it by
+                    # default: slots are shared by the whole cluster).
+                    databases += [f"plain{run}", f"source{run}"]
+                    plain = pg_source(server, databases[0], args.rows)
+                    source = pg_source(server, databases[1], args.rows)
                     t = time.monotonic()
                     pg_workload(plain, args.changes)
                     alone.append(args.changes / (time.monotonic() - t))
 
                     def workload(dsn: str = source) -> None:
                         pg_workload(dsn, args.changes, rate=args.rate)
+
                 spec = PipelineSpec(
-                    source=source, tables=["orders"], target=f"sqlite:{work / 'target.db'}",
+                    source=source,
+                    tables=["orders"],
+                    target=f"sqlite:{work / 'target.db'}",
                     work_dir=work / "pipeline",
                 )
-                rate, p50, p99 = replicate(spark, spec, workload, args.changes)
+                try:
+                    rate, p50, p99 = replicate(spark, spec, workload, args.changes)
+                finally:
+                    for name in databases:
+                        drop_pg_database(server, name)
                 rates.append(rate)
                 p50s.append(p50)
                 p99s.append(p99)

@@ -1,14 +1,18 @@
-"""Consumer throughput on one partition: kayak's consumer against confluent-kafka, aiokafka
-and kafka-python, on the same broker in the same run.
+"""Consumer throughput on one partition: kayak's consumer against confluent-kafka, the Java
+client, aiokafka and kafka-python, on kayak's broker and on Apache Kafka in the same run.
 
 One partition is filled with ``--size`` MiB (default 1024) of ``--value-size`` (1 KiB)
 records by confluent-kafka's producer (batches of up to 1 MB: ``batch.size`` 1000000,
 ``linger.ms`` 50, no compression). Each reader then reads the whole partition from offset 0
 and touches every record (adds up ``len(value)``), and the rate is value bytes over the wall
 time from the first poll to the last record. Every reader runs in a fresh process (no
-shared allocator, GC or thread state), readers take turns within each run, and the table
-shows medians over ``--runs`` runs (default 3) and the median of the per-run ratios to
-confluent-kafka on the same broker.
+shared allocator, GC or thread state) that is set up, then waits to be timed
+(``measured_clients.run_measured``): the CPU time of the reader's process (all its threads)
+and of the broker's over the timed read are read from /proc and shown per record beside every
+rate.
+Readers take turns within each run, and the table shows medians over ``--runs`` runs
+(default 3) and the medians of the per-run ratios to confluent-kafka and to the Java client
+on the same broker.
 
 Readers, with each client's defaults unless the row says otherwise (batched calls ask for up
 to 10,000 records, so no client pays a per-call overhead every few hundred records):
@@ -16,15 +20,22 @@ to 10,000 records, so no client pays a per-call overhead every few hundred recor
 * kayak ``getmany`` (``ConsumerRecord`` objects), kayak ``getmany_values`` (the values-only
   fast path), kayak ``async for`` (one record per await);
 * confluent-kafka ``consume(10000)``; aiokafka ``getmany``; kafka-python ``poll``;
-* "8 MiB fetches" rows: kayak and confluent-kafka with ``max.partition.fetch.bytes`` =
+* the Java client: Kafka 4.3's ``KafkaConsumer.poll()`` (``max.poll.records`` 10,000),
+  iterating the records one by one (bench/java/ConsumerBench.java, compiled on first use; it
+  reads the first 100,000 records once before it is timed, with a consumer it then closes,
+  so that its JIT has compiled the read path as in a long-running consumer);
+* "8 MiB fetches" rows: kayak, confluent-kafka and Java with ``max.partition.fetch.bytes`` =
   ``fetch.max.bytes`` = 8 MiB (confluent also ``queued.max.messages.kbytes`` 1 GiB, as
   bench/broker_consume.py tunes it).
 
-Brokers: kayak's (``python -m kayak broker``) and Tansu (in-memory storage).
+Brokers (``--brokers``, default ``kayak,kafka``; ``tansu`` too if installed): kayak's
+(``python -m kayak broker --flush never``), Apache Kafka 4.3 (bench/kafka_peer.py) and Tansu
+(in-memory storage), each warmed up alike before it is filled (``kafka_peer.warm_up``).
 
 Run: ``python bench/consume.py`` (1 GiB, 3 runs, both brokers: several minutes),
-``--quick`` (64 MiB, 1 run, kayak's broker), ``--profile`` (cProfile of kayak's getmany
-reader, top functions), ``--markdown``; ``--readers a,b`` to pick rows.
+``--quick`` (64 MiB, 1 run, 10,000-message warm-up), ``--profile`` (cProfile of kayak's
+getmany reader, top functions), ``--markdown``, ``--plot docs/bench/client_consume.svg``;
+``--readers a,b`` to pick rows.
 """
 
 from __future__ import annotations
@@ -34,7 +45,6 @@ import cProfile
 import json
 import os
 import pstats
-import subprocess
 import sys
 import time
 import uuid
@@ -44,20 +54,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "java"))
 
-from peers import (
-    BrokerProcess,
-    MiB,
+from jvm_clients import CONSUMER, java_client_command
+from kafka_peer import TANSU, WARM_UP_MESSAGES, parse_brokers, start_broker, warm_up
+from measured_clients import child_ready, child_result, run_measured
+from peers import BrokerProcess, MiB
+from protocol_clients import run_async
+from result_tables import (
     Table,
     add_plot_option,
     human,
     median,
     paired_ratio,
     plot_table,
-    run_async,
     spread,
-    start_kayak,
-    start_tansu,
     times,
 )
 
@@ -65,6 +76,8 @@ TOPIC = "consume-bench"
 POLL_RECORDS = 10_000
 BIG_FETCH = 8 * MiB
 DISTINCT_VALUES = 1000
+JAVA_WARM_UP_RECORDS = 100_000
+_BIG_FETCHES = {"max.partition.fetch.bytes": BIG_FETCH, "fetch.max.bytes": BIG_FETCH}
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,8 @@ class Reader:
     name: str
     client: str  # which read function
     config: dict[str, Any] = field(default_factory=dict)
-    baseline: str = "confluent"  # the row this one is compared with
+    baseline: str = "confluent"  # the rows this one is compared with
+    java_baseline: str = "java"
 
 
 READERS = {
@@ -80,35 +94,46 @@ READERS = {
     "kayak-values": Reader("kayak getmany_values", "kayak-values"),
     "kayak-iter": Reader("kayak async for", "kayak-iter"),
     "confluent": Reader("confluent-kafka consume", "confluent"),
+    "java": Reader("Java consumer poll", "java"),
     "aiokafka": Reader("aiokafka getmany", "aiokafka"),
     "kafka-python": Reader("kafka-python poll", "kafka-python"),
     "kayak-8m": Reader(
-        "kayak getmany, 8 MiB fetches",
-        "kayak",
-        {"max.partition.fetch.bytes": BIG_FETCH, "fetch.max.bytes": BIG_FETCH},
-        "confluent-8m",
+        "kayak getmany, 8 MiB fetches", "kayak", _BIG_FETCHES, "confluent-8m", "java-8m"
     ),
     "kayak-values-8m": Reader(
         "kayak getmany_values, 8 MiB fetches",
         "kayak-values",
-        {"max.partition.fetch.bytes": BIG_FETCH, "fetch.max.bytes": BIG_FETCH},
+        _BIG_FETCHES,
         "confluent-8m",
+        "java-8m",
     ),
     "confluent-8m": Reader(
         "confluent-kafka, 8 MiB fetches",
         "confluent",
         {
-            "max.partition.fetch.bytes": BIG_FETCH,
-            "fetch.max.bytes": BIG_FETCH,
+            **_BIG_FETCHES,
             "receive.message.max.bytes": BIG_FETCH + MiB,
             "queued.max.messages.kbytes": 1024 * 1024,
         },
         "confluent-8m",
+        "java-8m",
+    ),
+    "java-8m": Reader(
+        "Java consumer, 8 MiB fetches", "java", _BIG_FETCHES, "confluent-8m", "java-8m"
     ),
 }
 
 
-# -- the readers (each runs in its own process) ----------------------------------------------
+@dataclass(frozen=True)
+class Sample:
+    """One reader's timed read: MiB/s of values, and CPU µs per record (reader, broker)."""
+
+    mib_per_second: float
+    client_us: float
+    broker_us: float
+
+
+# -- the Python readers (each runs in its own process) ---------------------------------------
 
 
 async def _kayak(bootstrap: str, records: int, config: dict[str, Any], mode: str) -> float:
@@ -119,6 +144,7 @@ async def _kayak(bootstrap: str, records: int, config: dict[str, Any], mode: str
         consumer.assign([tp])
         consumer.seek(tp, 0)
         count = total = 0
+        child_ready()
         started = time.perf_counter()
         if mode == "iter":
             async for record in consumer:
@@ -144,13 +170,15 @@ async def _kayak(bootstrap: str, records: int, config: dict[str, Any], mode: str
 
 
 def _finish(started: float, count: int, records: int, total: int) -> float:
+    """The timed read is over: tell the parent (which reads the CPU clocks meanwhile)."""
     elapsed = time.perf_counter() - started
     if count != records:
         raise RuntimeError(f"read {count} records, expected {records}")
-    return total / elapsed
+    child_result({"seconds": elapsed, "records": count, "bytes": total})
+    return elapsed
 
 
-def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> float:
+def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> None:
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer(
@@ -163,6 +191,7 @@ def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> floa
     )
     consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
     count = total = 0
+    child_ready()
     started = time.perf_counter()
     while count < records:
         for message in consumer.consume(num_messages=min(POLL_RECORDS, records - count), timeout=1):
@@ -170,12 +199,11 @@ def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> floa
                 raise RuntimeError(str(message.error()))
             total += len(message.value() or b"")
             count += 1
-    rate = _finish(started, count, records, total)
+    _finish(started, count, records, total)
     consumer.close()
-    return rate
 
 
-async def _aiokafka(bootstrap: str, records: int) -> float:
+async def _aiokafka(bootstrap: str, records: int) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -185,6 +213,7 @@ async def _aiokafka(bootstrap: str, records: int) -> float:
         consumer.assign([tp])
         consumer.seek(tp, 0)
         count = total = 0
+        child_ready()
         started = time.perf_counter()
         while count < records:
             batches = await consumer.getmany(timeout_ms=1000, max_records=POLL_RECORDS)
@@ -192,12 +221,12 @@ async def _aiokafka(bootstrap: str, records: int) -> float:
                 for record in batch:
                     total += len(record.value or b"")
                 count += len(batch)
-        return _finish(started, count, records, total)
+        _finish(started, count, records, total)
     finally:
         await consumer.stop()
 
 
-def read_kafka_python(bootstrap: str, records: int) -> float:
+def read_kafka_python(bootstrap: str, records: int) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -205,18 +234,18 @@ def read_kafka_python(bootstrap: str, records: int) -> float:
     consumer.assign([tp])
     consumer.seek(tp, 0)
     count = total = 0
+    child_ready()
     started = time.perf_counter()
     while count < records:
         for batch in consumer.poll(timeout_ms=1000, max_records=POLL_RECORDS).values():
             for record in batch:
                 total += len(record.value or b"")
             count += len(batch)
-    rate = _finish(started, count, records, total)
+    _finish(started, count, records, total)
     consumer.close()
-    return rate
 
 
-READ_FUNCTIONS: dict[str, Callable[[str, int, dict[str, Any]], float]] = {
+READ_FUNCTIONS: dict[str, Callable[[str, int, dict[str, Any]], object]] = {
     "kayak": lambda b, n, c: run_async(_kayak(b, n, c, "records")),
     "kayak-values": lambda b, n, c: run_async(_kayak(b, n, c, "values")),
     "kayak-iter": lambda b, n, c: run_async(_kayak(b, n, c, "iter")),
@@ -226,16 +255,34 @@ READ_FUNCTIONS: dict[str, Callable[[str, int, dict[str, Any]], float]] = {
 }
 
 
-def measure(reader: Reader, bootstrap: str, records: int, timeout: float) -> float:
-    """Run one reader in a fresh process; its rate in bytes/second."""
-    command = [
+def reader_command(reader: Reader, bootstrap: str, records: int) -> list[str]:
+    """How one reader's process is started: this script, or the Java client."""
+    if reader.client == "java":
+        settings = [f"{key}={value}" for key, value in reader.config.items()]
+        return java_client_command(
+            CONSUMER, [bootstrap, TOPIC, records, JAVA_WARM_UP_RECORDS, *settings]
+        )
+    return [
         sys.executable, __file__, "--read", reader.client, "--bootstrap", bootstrap,
         "--records", str(records), "--config", json.dumps(reader.config),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{reader.name} failed: {done.stderr.strip()[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["rate"])
+
+
+def measure(reader: Reader, broker: BrokerProcess, records: int, timeout: float) -> Sample:
+    """Run one reader in a fresh process: its rate, and its and the broker's CPU."""
+    command = reader_command(reader, broker.bootstrap, records)
+    try:
+        done = run_measured(command, broker.pid, timeout)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{reader.name} failed: {exc}") from exc
+    result = done.result
+    if result["records"] != records:
+        raise RuntimeError(f"{reader.name} read {result['records']} of {records} records")
+    return Sample(
+        result["bytes"] / result["seconds"] / MiB,
+        done.client_cpu / records * 1e6,
+        done.broker_cpu / records * 1e6,
+    )
 
 
 # -- filling -------------------------------------------------------------------------------
@@ -282,100 +329,122 @@ def fill(bootstrap: str, size: int, value_size: int) -> int:
 
 
 def profile(bootstrap: str, records: int, config: dict[str, Any]) -> None:
+    """cProfile of kayak's getmany reader, in this process (no parent to wait for: the
+    READY / result handshake reads from an empty stdin)."""
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - for the rest of this process
     profiler = cProfile.Profile()
     profiler.enable()
-    rate = run_async(_kayak(bootstrap, records, config, "records"))
+    elapsed = run_async(_kayak(bootstrap, records, config, "records"))
     profiler.disable()
-    print(f"\nkayak getmany under cProfile: {rate / MiB:,.0f} MiB/s (profiling slows it)")
+    print(f"\nkayak getmany under cProfile: {records / elapsed:,.0f} records/s (slowed by it)")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
 def main() -> None:
     args = parse_args()
     if args.read:
-        rate = READ_FUNCTIONS[args.read](args.bootstrap, args.records, json.loads(args.config))
-        print(json.dumps({"rate": rate}))
+        READ_FUNCTIONS[args.read](args.bootstrap, args.records, json.loads(args.config))
         return
     size = int((64 if args.quick else args.size) * MiB)
     runs = 1 if args.quick else args.runs
+    if args.quick:
+        args.warm_up = min(args.warm_up, 10_000)
     names = args.readers.split(",") if args.readers else list(READERS)
     readers = [READERS[n] for n in names]
-    brokers = [start_kayak(args.data_root)]
+    wanted = [n for n in parse_brokers(args.brokers) if not (args.no_tansu and n == TANSU)]
+    brokers: list[tuple[str, BrokerProcess]] = []
     try:
-        if not (args.quick or args.no_tansu):
-            brokers.append(start_tansu(args.data_root))
+        for name in wanted[:1] if args.profile else wanted:
+            broker = start_broker(name, args.data_root, kayak_flush="never", warm=False)
+            brokers.append((name, broker))
+            if args.warm_up:
+                warm_up(broker, args.warm_up)
         counts = {}
-        for broker in brokers:
-            print(f"filling {broker.name} ...", flush=True)
-            counts[broker.name] = fill(broker.bootstrap, size, args.value_size)
+        for name, broker in brokers:
+            print(f"filling {name} ...", flush=True)
+            counts[name] = fill(broker.bootstrap, size, args.value_size)
         if args.profile:
-            profile(brokers[0].bootstrap, counts[brokers[0].name], {})
+            profile(brokers[0][1].bootstrap, counts[brokers[0][0]], {})
             return
-        rates = measure_all(brokers, readers, counts, runs, args.timeout)
+        samples = measure_all(brokers, readers, counts, runs, args.timeout)
     finally:
-        for broker in brokers:
+        for _, broker in brokers:
             broker.stop()
-    report(brokers, readers, rates, counts, args)
+    report([name for name, _ in brokers], readers, samples, args)
 
 
 def measure_all(
-    brokers: list[BrokerProcess],
+    brokers: list[tuple[str, BrokerProcess]],
     readers: list[Reader],
     counts: dict[str, int],
     runs: int,
     timeout: float,
-) -> dict[tuple[str, str], list[float]]:
-    """Every reader on every broker, ``runs`` times, taking turns; MiB/s samples."""
-    rates: dict[tuple[str, str], list[float]] = {}
+) -> dict[tuple[str, str], list[Sample]]:
+    """Every reader on every broker, ``runs`` times, taking turns."""
+    samples: dict[tuple[str, str], list[Sample]] = {}
     for run in range(runs):
-        for broker in brokers:
+        for name, broker in brokers:
             for reader in readers:
-                rate = measure(reader, broker.bootstrap, counts[broker.name], timeout) / MiB
-                rates.setdefault((broker.name, reader.name), []).append(rate)
+                sample = measure(reader, broker, counts[name], timeout)
+                samples.setdefault((name, reader.name), []).append(sample)
                 print(
-                    f"  run {run + 1}: {reader.name} <- {broker.name}: {rate:,.0f} MiB/s",
+                    f"  run {run + 1}: {reader.name} <- {name}: {sample.mib_per_second:,.0f} MiB/s",
                     flush=True,
                 )
-    return rates
+    return samples
 
 
 def report(
-    brokers: list[BrokerProcess],
+    broker_names: list[str],
     readers: list[Reader],
-    rates: dict[tuple[str, str], list[float]],
-    counts: dict[str, int],
+    samples: dict[tuple[str, str], list[Sample]],
     args: argparse.Namespace,
 ) -> None:
-    table = Table(["reader", "broker", "MiB/s", "spread", "records/s", "vs confluent"])
+    table = Table(["reader", "broker", "MiB/s", "spread", "records/s", "reader CPU µs/rec",
+                   "broker CPU µs/rec", "vs confluent", "vs Java"])  # fmt: skip
     names = {key: r.name for key, r in READERS.items()}
-    for broker in brokers:
+
+    def rates(broker: str, reader_name: str) -> list[float]:
+        return [s.mib_per_second for s in samples.get((broker, reader_name), [])]
+
+    for broker in broker_names:
         for reader in readers:
-            samples = rates.get((broker.name, reader.name), [])
-            baseline = rates.get((broker.name, names[reader.baseline]), [])
-            records_per_s = median(samples) * MiB / args.value_size
+            mine = samples.get((broker, reader.name), [])
+            mib = rates(broker, reader.name)
+            java = names[reader.java_baseline]
             table.add(
                 reader.name,
-                broker.name,
-                human(median(samples)),
-                spread(samples),
-                f"{records_per_s:,.0f}",
-                times(paired_ratio(samples, baseline)),
+                broker,
+                human(median(mib)),
+                spread(mib),
+                f"{median(mib) * MiB / args.value_size:,.0f}",
+                median([s.client_us for s in mine]),
+                median([s.broker_us for s in mine]),
+                times(paired_ratio(mib, rates(broker, names[reader.baseline]))),
+                "-" if java == reader.name else times(paired_ratio(mib, rates(broker, java))),
             )
     print()
-    runs = len(next(iter(rates.values()), []))
-    print(f"one partition, {args.value_size}-byte values, medians of {runs} run(s)")
+    runs = len(next(iter(samples.values()), []))
+    print(
+        f"one partition, {args.value_size}-byte values, medians of {runs} run(s); "
+        "CPU from /proc over the timed read"
+    )
     print(table.markdown() if args.markdown else table.text())
     plot_table(args.plot, "client_consume", table)
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="64 MiB, one run, kayak's broker")
+    parser.add_argument("--quick", action="store_true", help="64 MiB, one run, short warm-up")
     parser.add_argument("--size", type=float, default=1024, help="MiB of values to write")
     parser.add_argument("--runs", type=int, default=3, help="runs to take medians of")
     parser.add_argument("--value-size", type=int, default=1024, help="bytes per value")
     parser.add_argument("--readers", help=f"comma-separated, of: {','.join(READERS)}")
-    parser.add_argument("--no-tansu", action="store_true", help="kayak's broker only")
+    parser.add_argument("--brokers", default="kayak,kafka", help="of kayak, kafka, tansu")
+    parser.add_argument("--no-tansu", action="store_true", help="leave Tansu out of --brokers")
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP_MESSAGES, help="messages to warm each broker with"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile kayak's getmany reader")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     add_plot_option(parser)

@@ -24,7 +24,7 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 import confluent_kafka
-from peers import run_async
+from protocol_clients import run_async
 
 CONSUMERS = ("confluent", "kayak")
 HEADER = struct.Struct("<qqB")  # sequence number, send time (monotonic ns), warm-up flag

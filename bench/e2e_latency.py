@@ -64,24 +64,19 @@ graph, ``.txt`` raw collapsed stacks, ``.json`` speedscope).
 from __future__ import annotations
 
 import argparse
-import array
-import multiprocessing
 import os
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import confluent_kafka
-from e2e_clients import CONSUMERS, HEADER, Load, consume, percentiles, produce
+from e2e_clients import CONSUMERS, HEADER, Load
+from e2e_point import Point, measure
+from e2e_settings import Settings
 from kafka_peer import (
     KAFKA,
     KAYAK,
@@ -92,205 +87,20 @@ from kafka_peer import (
     run_tool,
     start_broker,
 )
-from peers import (
-    REPO,
-    BrokerProcess,
+from machine_limits import machine_notes
+from peers import REPO, BrokerProcess
+from protocol_clients import create_topic
+from result_tables import (
     Table,
     add_plot_option,
-    create_topic,
     human,
-    machine_notes,
     median,
     paired_ratio,
     plot_table,
     spread,
     times,
 )
-from usage import per_operation_us, server_cpu_seconds
-
-START_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    rates: tuple[int, ...]
-    seconds: float
-    warmup: float
-    drain: float
-    size: int
-    runs: int
-    consumers: tuple[str, ...]
-    brokers: tuple[str, ...]
-    data_root: Path
-    py_spy: Path | None
-    producer_config: tuple[tuple[str, str], ...]  # --producer-config overrides
-    flush: str = "group"  # kayak's --flush
-    lingers: tuple[int, ...] = (0,)  # linger.ms, each measured
-    tool_records: int = 0  # EndToEndLatency's records per broker and run (0: not run)
-
-    def points(self) -> list[tuple[int, int, str]]:
-        return [(r, li, c) for r in self.rates for li in self.lingers for c in self.consumers]
-
-
-# -- one point: one broker, one rate, one consumer -------------------------------------------
-
-
-@dataclass
-class Point:
-    """One measured point's results."""
-
-    rate: float  # achieved, msg/s over the measured window
-    produced: int  # acknowledged
-    consumed: int  # distinct, expected sequence numbers
-    missing: int
-    latencies_ms: dict[str, float]  # p50 ... max
-    cores: float  # broker CPU over the measured window
-    starved: float  # broker threads runnable but waiting for a CPU, cores-equivalent
-    produce_requests: float  # sent over the measured window (nan if unknown)
-    produce_answers: float  # responses received over the measured window: the broker's pace
-    fetch_requests: float
-    measured: int  # messages in the measured window
-    late: int
-    acked_ms: dict[str, float]  # produce() -> acknowledgement (delivery report)
-
-    @property
-    def records_per_request(self) -> float:
-        return self.measured / self.produce_requests if self.produce_requests else float("nan")
-
-
-def measure(
-    broker: BrokerProcess,
-    name: str,
-    topic: str,
-    load: Load,
-    consumer_kind: str,
-    settings: Settings,
-    profile_to: Path | None,
-) -> Point:
-    context = multiprocessing.get_context("spawn")
-    create_topic(broker.bootstrap, topic)
-    ready, measuring = context.Event(), context.Event()
-    expected = context.Value("q", -1)
-    deadline = context.Value("q", 0)
-    consumer_end, consumer_out = context.Pipe(duplex=False)
-    producer_end, producer_out = context.Pipe(duplex=False)
-    consumer = context.Process(
-        target=consume,
-        args=(consumer_kind, broker.bootstrap, topic, load.planned, ready, expected, deadline,
-              consumer_out),
-        daemon=True,
-    )  # fmt: skip
-    consumer.start()
-    _wait(ready, consumer, "consumer")
-    producer = context.Process(
-        target=produce,
-        args=(broker.bootstrap, topic, load, measuring, producer_out),
-        daemon=True,
-    )
-    producer.start()
-    _wait(measuring, producer, "producer", timeout=START_TIMEOUT + load.warmup * 2)
-    cpu_start, wall_start = server_cpu_seconds(broker.pid), time.monotonic()
-    waited_start = waiting_seconds(broker.pid)
-    spy = _start_py_spy(profile_to, broker.pid, load.seconds) if profile_to else None
-    sent = _receive(producer_end, producer, "producer", load.warmup + load.seconds + 120)
-    elapsed = time.monotonic() - wall_start
-    cores = (server_cpu_seconds(broker.pid) - cpu_start) / elapsed
-    starved = (waiting_seconds(broker.pid) - waited_start) / elapsed
-    acknowledged = sent["sent"] - sent["unflushed"] - sent["error_count"]
-    if sent["error_count"] or sent["unflushed"]:
-        print(f"    producer: {sent['error_count']} errors {sent['errors']}, "
-              f"{sent['unflushed']} unflushed", flush=True)  # fmt: skip
-    with expected.get_lock():
-        expected.value = acknowledged
-    with deadline.get_lock():
-        deadline.value = sent["finish"] + int(settings.drain * 1e9)
-    got = _receive(consumer_end, consumer, "consumer", settings.drain + 60)
-    producer.join(10)
-    consumer.join(10)
-    if spy is not None:
-        spy.wait(60)
-    return _point(sent, got, cores, starved)
-
-
-def waiting_seconds(pid: int) -> float:
-    """Time the process's threads have spent runnable but not running (waiting for a CPU),
-    from /proc/PID/task/*/schedstat: how much the machine's other load held the broker back."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that just ended
-    return total / 1e9
-
-
-def _wait(event: Event, process: multiprocessing.process.BaseProcess, what: str,
-          timeout: float = START_TIMEOUT) -> None:  # fmt: skip
-    deadline = time.monotonic() + timeout
-    while not event.wait(0.1):
-        if not process.is_alive() or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"the {what} did not start (exit code {process.exitcode})")
-
-
-def _receive(
-    end: Connection, process: multiprocessing.process.BaseProcess, what: str, timeout: float
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while not end.poll(0.1):
-        if not process.is_alive() or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"the {what} failed (exit code {process.exitcode})")
-    result: dict[str, Any] = end.recv()
-    return result
-
-
-def _start_py_spy(path: Path, pid: int, seconds: float) -> subprocess.Popen[bytes] | None:
-    """py-spy over the measured window; the format follows the file's extension."""
-    formats = {".svg": "flamegraph", ".txt": "raw", ".json": "speedscope"}
-    spy = Path(sys.executable).with_name("py-spy")
-    command = [
-        str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)),
-        "--rate", "200", "--format", formats.get(path.suffix, "flamegraph"), "-o", str(path),
-    ]  # fmt: skip
-    print(f"    py-spy on pid {pid} -> {path}", flush=True)
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _point(sent: dict[str, Any], got: dict[str, Any], cores: float, starved: float) -> Point:
-    acknowledged = sent["sent"] - sent["unflushed"] - sent["error_count"]
-    seen = got["seen"][: sent["sent"]]
-    consumed = seen.count(1)
-    latencies = array.array("q")
-    latencies.frombytes(got["latencies"])
-    t0, t1 = sent["t0"], sent["t1"]
-    measured = sent["sent"] - sent["warm"]
-    return Point(
-        rate=(measured - 1) / ((t1 - t0) / 1e9) if t1 > t0 else float("nan"),
-        produced=acknowledged,
-        consumed=consumed,
-        missing=max(0, acknowledged - consumed),
-        latencies_ms=percentiles(latencies, max(0, measured - len(latencies))),
-        cores=cores,
-        starved=starved,
-        produce_requests=_in_window(sent["stats"], t0, t1),
-        produce_answers=_in_window(sent["answered"], t0, t1),
-        fetch_requests=_in_window(got["stats"], t0, t1),
-        measured=measured,
-        late=sent["late"],
-        acked_ms=sent["acked"],
-    )
-
-
-def _in_window(samples: Sequence[Sequence[int]], t0: int, t1: int) -> float:
-    """Requests sent between ``t0`` and ``t1``, from cumulative (time, count) samples: the
-    rate between the first and last sample inside the window, times the window."""
-    inside = [(t, c) for t, c in samples if t0 <= t <= t1]
-    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
-        return float("nan")
-    (ta, ca), (tb, cb) = inside[0], inside[-1]
-    return (cb - ca) / (tb - ta) * (t1 - t0)
-
+from usage import per_operation_us
 
 # -- runs and report -------------------------------------------------------------------------
 

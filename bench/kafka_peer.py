@@ -30,15 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
-from peers import (
-    BrokerProcess,
-    create_topic,
-    free_port,
-    scratch_dir,
-    start_kayak,
-    start_tansu,
-    tansu_binary,
-)
+from peers import BrokerProcess, free_port, scratch_dir, start_kayak, start_tansu, tansu_binary
+from protocol_clients import create_topic
 from usage import server_cpu_seconds
 
 from tests.fixtures.jvm import TOOLS, ApacheKafka, cluster_id, java_command, write_properties

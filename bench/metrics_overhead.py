@@ -46,23 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import confluent_kafka
-from peers import (
-    REPO,
-    BrokerProcess,
-    PipelinedClient,
-    Table,
-    add_plot_option,
-    cpu_seconds,
-    create_topic,
-    high_watermark,
-    machine_notes,
-    median,
-    paired_ratio,
-    plot_table,
-    run_async,
-    scratch_dir,
-    spread,
-)
+from machine_limits import cpu_seconds, machine_notes
+from peers import REPO, BrokerProcess, scratch_dir
+from protocol_clients import PipelinedClient, create_topic, high_watermark, run_async
+from result_tables import Table, add_plot_option, median, paired_ratio, plot_table, spread
 
 from kayak.protocol.messages.produce_request import (
     PartitionProduceData,

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiokafka.record.default_records as aiokafka_records
 import kafka.record.default_records as kafka_python_records
-from peers import Table, add_plot_option, plot_table
+from result_tables import Table, add_plot_option, plot_table
 
 from kayak.protocol.records import RecordBatch, RecordBatchBuilder, build_record_batch
 

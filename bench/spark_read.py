@@ -32,17 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import (
-    MiB,
-    Table,
-    add_plot_option,
-    median,
-    paired_ratio,
-    plot_table,
-    spread,
-    start_kayak,
-    times,
-)
+from peers import MiB, start_kayak
+from result_tables import Table, add_plot_option, median, paired_ratio, plot_table, spread, times
 
 TOPIC = "spark-bench"
 CHUNK = 2_000  # records per send_batch call

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -22,11 +23,23 @@ README_CHARTS = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Bench:
+    """The modules of bench/ that make the plots."""
+
+    plot: ModuleType  # bench/plot.py: --from-readme
+    specs: ModuleType  # bench/chart_specs.py: CHARTS
+    data: ModuleType  # bench/chart_data.py: a table's cells as a BarChart
+    drawing: ModuleType  # bench/chart_drawing.py: grouped_bars
+    tables: ModuleType  # bench/result_tables.py: Table, --plot
+
+
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ModuleType, ModuleType]]:
-    """bench/plot.py and bench/peers.py, imported the way the bench scripts import them."""
+def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
+    """bench/'s plotting modules, imported the way the bench scripts import them."""
     monkeypatch.syspath_prepend(str(REPO / "bench"))
-    yield importlib.import_module("plot"), importlib.import_module("peers")
+    modules = ("plot", "chart_specs", "chart_data", "chart_drawing", "result_tables")
+    yield Bench(*(importlib.import_module(name) for name in modules))
 
 
 def texts(svg: str) -> list[str]:
@@ -36,20 +49,20 @@ def texts(svg: str) -> list[str]:
 
 
 def test_rows_become_bars_with_values_and_ratios_the_same_bytes_twice(
-    bench: tuple[ModuleType, ModuleType],
+    bench: Bench,
 ) -> None:
-    plot, peers = bench
+    table_of, chart_from_table = bench.tables.Table, bench.data.chart_from_table
     # what bench/broker_produce.py prints (its column names, its formatted medians)
-    table = peers.Table(["value", "acks", "kayak (group) msg/s", "kayak (group) MB/s",
-                         "Tansu (memory) msg/s", "Tansu MB/s", "kayak / Tansu",
-                         "broker CPU kayak / Tansu"])  # fmt: skip
+    table = table_of(["value", "acks", "kayak (group) msg/s", "kayak (group) MB/s",
+                      "Tansu (memory) msg/s", "Tansu MB/s", "kayak / Tansu",
+                      "broker CPU kayak / Tansu"])  # fmt: skip
     table.add("10 B", "1", 420390.0, 4.2, 369630.0, 3.7, "1.05x", "0.26 / 0.16")
     table.add("1,000 B", "all", 233611.0, 233.6, 166465.0, 166.5, "1.40x", "0.48 / 0.95")
     command = "$ .venv/bin/python bench/broker_produce.py --runs 3"
-    chart = plot.chart_from_table(plot.CHARTS["broker_produce"], table.columns, table.rows,
-                                  command)  # fmt: skip
+    chart = chart_from_table(bench.specs.CHARTS["broker_produce"], table.columns, table.rows,
+                             command)  # fmt: skip
 
-    first = plot.grouped_bars(chart)
+    first = bench.drawing.grouped_bars(chart)
     written = texts(first)
 
     assert chart.groups == ["10 B, acks=1", "1,000 B, acks=all"]
@@ -59,40 +72,36 @@ def test_rows_become_bars_with_values_and_ratios_the_same_bytes_twice(
         assert expected in written, expected
     assert any(t.startswith("Produce:") for t in written)
     assert "messages/s (higher is better)" in written
-    assert plot.grouped_bars(chart) == first
+    assert bench.drawing.grouped_bars(chart) == first
 
 
-def test_cells_parse_with_units_multipliers_and_parts(bench: tuple[ModuleType, ModuleType]) -> None:
-    plot, _ = bench
-    values = [n.value for n in plot.numbers("1.3 / 3.1 ms", times=True)]
+def test_cells_parse_with_units_multipliers_and_parts(bench: Bench) -> None:
+    numbers = bench.data.numbers
+    values = [n.value for n in numbers("1.3 / 3.1 ms", times=True)]
     assert values == [1.3, 3.1]
-    assert plot.numbers("3.89 s (514/s)", times=True)[0].value == pytest.approx(3890.0)
-    assert plot.numbers("6.9-8.1", times=True, default_unit="ms")[1].value == pytest.approx(8.1)
-    assert [n.value for n in plot.numbers("0.35M")] == [350_000.0]
-    assert [n.value for n in plot.numbers("1,593 → 1,720")] == [1593.0, 1720.0]
-    assert plot.numbers("EMFILE") == []
+    assert numbers("3.89 s (514/s)", times=True)[0].value == pytest.approx(3890.0)
+    assert numbers("6.9-8.1", times=True, default_unit="ms")[1].value == pytest.approx(8.1)
+    assert [n.value for n in numbers("0.35M")] == [350_000.0]
+    assert [n.value for n in numbers("1,593 → 1,720")] == [1593.0, 1720.0]
+    assert numbers("EMFILE") == []
 
 
 def test_long_tables_pivot_and_missing_ratios_are_computed(
-    bench: tuple[ModuleType, ModuleType],
+    bench: Bench,
 ) -> None:
-    plot, _ = bench
     columns = ["rate", "broker", "e2e p50 ms", "e2e p99 ms", "ack p99 ms", "broker CPU",
                "records / request"]  # fmt: skip
     rows = [["1,000/s", "kayak", "2.45", "6.98", "7.10", "0.97 cores", "1.01"],
             ["1,000/s", "Tansu", "270", "541", "24.0", "1.19 cores", "1.01"]]  # fmt: skip
-    chart = plot.chart_from_table(plot.CHARTS["e2e_latency"], columns, rows)
+    chart = bench.data.chart_from_table(bench.specs.CHARTS["e2e_latency"], columns, rows)
     assert chart.groups == ["1,000/s"]
     assert chart.bars["1,000/s"]["kayak"].value == pytest.approx(6.98)
     assert chart.bars["1,000/s"]["kayak"].note == "0.013x Tansu"  # 6.98 / 541
     assert chart.bars["1,000/s"]["Tansu"].note == ""
 
 
-def test_from_readme_draws_one_svg_per_benchmark_table(
-    bench: tuple[ModuleType, ModuleType], tmp_path: Path
-) -> None:
-    plot, _ = bench
-    written = plot.from_readme(REPO / "README.md", tmp_path)
+def test_from_readme_draws_one_svg_per_benchmark_table(bench: Bench, tmp_path: Path) -> None:
+    written = bench.plot.from_readme(REPO / "README.md", tmp_path)
 
     assert {path.stem for path in written} == README_CHARTS
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.svg" for n in README_CHARTS)
@@ -104,41 +113,40 @@ def test_from_readme_draws_one_svg_per_benchmark_table(
 
 
 def test_plot_option_of_the_bench_scripts_writes_the_printed_table(
-    bench: tuple[ModuleType, ModuleType], tmp_path: Path
+    bench: Bench, tmp_path: Path
 ) -> None:
-    _, peers = bench
     parser = argparse.ArgumentParser()
-    peers.add_plot_option(parser)
+    bench.tables.add_plot_option(parser)
     target = tmp_path / "consume.svg"
     args = parser.parse_args(["--plot", str(target)])
-    table = peers.Table(["reader -> broker", "MiB/s", "runs (min-max)", "of machine limit"])
+    table = bench.tables.Table(["reader -> broker", "MiB/s", "runs (min-max)", "of machine limit"])
     table.add("kayak loop, depth 4 -> kayak", 3000.0, "2,832-4,024", "89%")
 
-    peers.plot_table(args.plot, "broker_consume", table)
-    peers.plot_table(None, "broker_consume", table)  # no --plot: nothing drawn
+    bench.tables.plot_table(args.plot, "broker_consume", table)
+    bench.tables.plot_table(None, "broker_consume", table)  # no --plot: nothing drawn
 
     written = texts(target.read_text())
     assert "kayak loop, depth 4 → kayak" in written
     assert "3,000 (89% of machine limit)" in written
-    assert peers.command_line(["bench/x.py", "--runs", "3", "--plot", "p.svg"]).endswith(
+    assert bench.tables.command_line(["bench/x.py", "--runs", "3", "--plot", "p.svg"]).endswith(
         "bench/x.py --runs 3"
     )
 
 
 def test_a_table_with_apache_kafka_draws_its_bars_and_kayaks_ratio_to_it(
-    bench: tuple[ModuleType, ModuleType],
+    bench: Bench,
 ) -> None:
-    plot, peers = bench
+    table_of, chart_from_table = bench.tables.Table, bench.data.chart_from_table
     # what bench/broker_produce.py prints with Apache Kafka and Kafka's ProducerPerformance
-    table = peers.Table(["client", "value", "acks", "kayak (group) msg/s", "Apache Kafka msg/s",
-                         "Tansu (memory) msg/s", "kayak / Kafka", "kayak / Tansu",
-                         "broker CPU µs/msg kayak / Kafka / Tansu"])  # fmt: skip
+    table = table_of(["client", "value", "acks", "kayak (group) msg/s", "Apache Kafka msg/s",
+                      "Tansu (memory) msg/s", "kayak / Kafka", "kayak / Tansu",
+                      "broker CPU µs/msg kayak / Kafka / Tansu"])  # fmt: skip
     table.add("confluent-kafka", "10 B", "all", 295736.0, 92958.0, 307491.0, "3.18x", "0.96x",
               "0.50 / 6.00 / 0.40")  # fmt: skip
     table.add("ProducerPerformance", "1,000 B", "all", 1878.0, 2436.0, 2073.0, "0.77x", "0.91x",
               "5.00 / 70.0 / 5.00")  # fmt: skip
 
-    chart = plot.chart_from_table(plot.CHARTS["broker_produce"], table.columns, table.rows)
+    chart = chart_from_table(bench.specs.CHARTS["broker_produce"], table.columns, table.rows)
 
     assert chart.groups == [
         "confluent-kafka: 10 B, acks=all",

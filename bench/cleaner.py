@@ -1,0 +1,187 @@
+"""The log cleaner's cost to produce and fetch: the same workload with the cleaner off and on.
+
+Workload, on one kayak broker (``--flush never``: page cache, as Kafka's default, so the broker
+and not the disk is measured):
+
+* ``churn``: a compacted topic (``segment.bytes`` 1 MiB, ``min.cleanable.dirty.ratio`` 0.01)
+  written with keyed updates of ``--keys`` keys, so that with the cleaner on a cleaning is
+  due every few segments and runs throughout (``log.cleaner.backoff.ms`` 100);
+* a fetch probe: a consumer tailing a second (plain) topic to which a timestamped message is
+  produced every 5 ms; the delay from produce to receipt is the fetch latency measured.
+
+Reports produce throughput (messages/s of confluent-kafka, groups of 1,000 acknowledged
+before the next) and the probe's p50/p99 with the cleaner off and on, their ratios, and the
+offset the churn log was cleaned up to (0: no cleaning ran). A fifth of the messages warm up
+first, and with the cleaner on the first cleaning must have ended before the timed part
+(its worker process starts with the first cleaning). Targets (issue 26):
+throughput with the cleaner ≥ 0.8x, fetch p99 unchanged.
+
+Run: ``python bench/cleaner.py`` (a few minutes), ``--quick`` for a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+from peers import BrokerProcess, start_kayak
+from result_tables import Table, human, median, times
+
+CHURN, PROBE = "churn", "probe"
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(1024 * 1024),
+    "min.cleanable.dirty.ratio": "0.01",
+}
+
+
+@dataclass
+class Settings:
+    messages: int = 300_000
+    keys: int = 5_000
+    value_bytes: int = 100
+    runs: int = 3
+    root: Path = Path("/tmp")
+
+
+@dataclass
+class Sample:
+    rate: float  # messages/s produced to churn
+    latencies_ms: list[float] = field(default_factory=list)  # probe: produce to receipt
+    cleaned_up_to: int = 0  # the churn log's cleaner checkpoint at the end
+
+    def percentile(self, p: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(int(len(ordered) * p), len(ordered) - 1)]
+
+
+def create_topics(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(CHURN, 1, 1, config=COMPACTED), NewTopic(PROBE, 1, 1)], operation_timeout=30
+    )
+    for future in futures.values():
+        future.result(30)
+
+
+def probe(bootstrap: str, stop: threading.Event, latencies: list[float]) -> None:
+    """Produce a timestamp every 5 ms to PROBE and time its arrival at a tailing consumer."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "probe", "fetch.wait.max.ms": 100,
+        "auto.offset.reset": "latest", "enable.auto.commit": False,
+    })  # fmt: skip
+    consumer.assign([confluent_kafka.TopicPartition(PROBE, 0, confluent_kafka.OFFSET_END)])
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    while not stop.is_set():
+        producer.produce(PROBE, value=repr(time.monotonic()).encode(), partition=0)
+        producer.poll(0)
+        message = consumer.poll(0.005)
+        while message is not None:
+            if message.error() is None:
+                latencies.append((time.monotonic() - float(message.value())) * 1000)
+            message = consumer.poll(0)
+    producer.flush(5)
+    consumer.close()
+
+
+def cleaned_up_to(broker: BrokerProcess) -> int:
+    """Where the cleaner's last cleaning of CHURN ended (0: it never ran)."""
+    assert broker.data_dir is not None
+    try:
+        return int((broker.data_dir / "data" / f"{CHURN}-0" / "cleaner-offset-checkpoint")
+                   .read_text())  # fmt: skip
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def produce_churn(bootstrap: str, settings: Settings, count: int | None = None) -> float:
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
+        "batch.num.messages": 10_000, "batch.size": 1_000_000,
+    })  # fmt: skip
+    value = b"v" * settings.value_bytes
+    count = settings.messages if count is None else count
+    started = time.perf_counter()
+    for start in range(0, count, 1000):
+        for i in range(start, min(start + 1000, count)):
+            producer.produce(CHURN, key=b"key-%d" % (i % settings.keys), value=value, partition=0)
+        producer.flush(60)
+    return count / (time.perf_counter() - started)
+
+
+def run_once(settings: Settings, cleaner: bool) -> Sample:
+    enable = "--log-cleaner-enable" if cleaner else "--no-log-cleaner-enable"
+    broker: BrokerProcess = start_kayak(
+        settings.root, "never", "--log-cleaner-backoff-ms", "100", enable
+    )
+    with broker:
+        create_topics(broker.bootstrap)
+        stop, latencies = threading.Event(), list[float]()
+        thread = threading.Thread(target=probe, args=(broker.bootstrap, stop, latencies))
+        thread.start()
+        # Warm up (the cleaner's worker process starts with the first cleaning: wait for it
+        # to have cleaned once), then measure.
+        produce_churn(broker.bootstrap, settings, settings.messages // 5)
+        deadline = time.monotonic() + 60
+        while cleaner and not cleaned_up_to(broker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        latencies.clear()
+        try:
+            rate = produce_churn(broker.bootstrap, settings)
+        finally:
+            stop.set()
+            thread.join()
+        return Sample(rate, latencies, cleaned_up_to(broker))
+
+
+def report(off: list[Sample], on: list[Sample]) -> None:
+    table = Table(["cleaner", "produce msg/s", "probe p50 ms", "probe p99 ms", "cleaned up to"])
+    for name, samples in (("off", off), ("on", on)):
+        table.rows.append([
+            name,
+            human(median([s.rate for s in samples])),
+            f"{median([s.percentile(0.5) for s in samples]):.1f}",
+            f"{median([s.percentile(0.99) for s in samples]):.1f}",
+            str(max(s.cleaned_up_to for s in samples)),
+        ])  # fmt: skip
+    print(table.text())
+    ratio = statistics.median(b.rate / a.rate for a, b in zip(off, on, strict=True))
+    p99 = statistics.median(
+        b.percentile(0.99) / a.percentile(0.99) for a, b in zip(off, on, strict=True)
+    )
+    print(f"produce with the cleaner: {times(ratio)} of without (target ≥ 0.80x); "
+          f"probe p99: {times(p99)} of without")  # fmt: skip
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=Settings.messages)
+    parser.add_argument("--keys", type=int, default=Settings.keys)
+    parser.add_argument("--runs", type=int, default=Settings.runs)
+    parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes")
+    args = parser.parse_args(argv)
+    settings = Settings(args.messages, args.keys, runs=args.runs)
+    if args.quick:
+        settings = Settings(messages=60_000, keys=500, runs=1)
+    off: list[Sample] = []
+    on: list[Sample] = []
+    for run in range(settings.runs):
+        # Alternate the order: a machine warming up or slowing down hits both alike.
+        order = (False, True) if run % 2 == 0 else (True, False)
+        for cleaner in order:
+            (on if cleaner else off).append(run_once(settings, cleaner))
+    report(off, on)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
