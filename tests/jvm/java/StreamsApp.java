@@ -26,13 +26,16 @@ import org.apache.kafka.streams.kstream.Produced;
  * </ul>
  *
  * <p>Usage: {@code java -cp <kafka jars> StreamsApp.java BOOTSTRAP APP_ID INPUT MAPPED COUNTS
- * STATE_DIR}. Prints {@code STATE RUNNING} (and every other state change) on stdout; runs until
- * SIGTERM, when it closes the topology cleanly.
+ * STATE_DIR [KEY=VALUE ...]}; each {@code KEY=VALUE} is one more Streams property, over the
+ * defaults below (e.g. {@code processing.guarantee=exactly_once_v2}). Prints {@code STATE
+ * RUNNING} (and every other state change) on stdout; runs until SIGTERM, when it closes the
+ * topology cleanly.
  */
 public class StreamsApp {
     public static void main(String[] args) throws Exception {
-        if (args.length != 6) {
-            System.err.println("usage: StreamsApp BOOTSTRAP APP_ID INPUT MAPPED COUNTS STATE_DIR");
+        if (args.length < 6) {
+            System.err.println(
+                    "usage: StreamsApp BOOTSTRAP APP_ID INPUT MAPPED COUNTS STATE_DIR [KEY=VALUE ...]");
             System.exit(2);
         }
         String bootstrap = args[0], appId = args[1], input = args[2];
@@ -54,6 +57,10 @@ public class StreamsApp {
         // A broker restart takes a few seconds: keep retrying instead of failing the thread.
         props.put(StreamsConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, 1000);
         props.put(StreamsConfig.TASK_TIMEOUT_MS_CONFIG, 120_000);
+        for (int i = 6; i < args.length; i++) {
+            String[] property = args[i].split("=", 2);
+            props.put(property[0], property[1]);
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         KStream<String, String> source =
