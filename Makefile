@@ -82,7 +82,7 @@ typecheck: $(VENV)/.dev-installed
 # its module fixtures start once; most tests wait on sockets and subprocesses, not the CPU.
 PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.dev-installed system-deps
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile; rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 generate: $(BIN)/python

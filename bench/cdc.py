@@ -29,8 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from result_tables import Table, add_plot_option, median, plot_table, times
 
-from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
+from kayak.pipeline.runner import Pipeline
 from kayak.pipeline.session import local_spark
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.workload import create_orders, run_workload
 
 PG_DDL = """

@@ -48,7 +48,7 @@ def enable(source: str, tables: tuple[str, ...], slot: str | None) -> None:
     existing rows as the initial snapshot, in one transaction. PostgreSQL: creates the
     publication the capture's replication slot reads (wal_level must be logical).
     """
-    from kayak.pipeline.runner import source_kind, sqlite_path
+    from kayak.pipeline.source_database import source_kind, sqlite_path
 
     console = Console()
     try:
@@ -76,7 +76,7 @@ def enable(source: str, tables: tuple[str, ...], slot: str | None) -> None:
 @SLOT_OPTION
 def disable(source: str, tables: tuple[str, ...], drop_log: bool, slot: str | None) -> None:
     """Stop capturing TABLES of SOURCE."""
-    from kayak.pipeline.runner import source_kind, sqlite_path
+    from kayak.pipeline.source_database import source_kind, sqlite_path
 
     try:
         if source_kind(source) == "sqlite":
@@ -130,7 +130,7 @@ def run(
     from kayak.cdc.capture import CaptureLoop, capture_transactional_id
     from kayak.cdc.publisher import ChangePublisher, EventEncoder, open_capture_producer
     from kayak.client.sync import Admin
-    from kayak.pipeline.runner import database_name, open_source, source_kind
+    from kayak.pipeline.source_database import database_name, open_source, source_kind
     from kayak.pipeline.topics import topic_ensurer
     from kayak.serde.registry import SchemaRegistryClient, split_registry_properties
 

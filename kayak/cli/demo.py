@@ -53,8 +53,10 @@ def demo(rows: int, changes: int, data_dir: Path | None, master: str) -> None:
 
 
 def _run(console: Console, work: Path, rows: int, changes: int, master: str) -> None:
-    from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
+    from kayak.pipeline.runner import Pipeline
     from kayak.pipeline.session import local_spark
+    from kayak.pipeline.source_setup import prepare_source
+    from kayak.pipeline.spec import PipelineSpec
     from kayak.pipeline.workload import create_orders, run_workload
 
     source_path = work / "source.db"

@@ -22,7 +22,9 @@ from kayak.cli.status_line import STATUS_INTERVAL_OPTION, Progress, StatusLine, 
 from kayak.errors import KayakError
 
 if TYPE_CHECKING:
-    from kayak.pipeline.runner import Pipeline, PipelineSpec, SourceSetup
+    from kayak.pipeline.runner import Pipeline
+    from kayak.pipeline.source_setup import SourceSetup
+    from kayak.pipeline.spec import PipelineSpec
 
 log = logging.getLogger("kayak.pipeline")
 
@@ -131,7 +133,7 @@ def run(
     Its web page (tables, backlog, last verification, charts) and /metrics are
     served on --metrics-port; the address is printed at start.
     """
-    from kayak.pipeline.runner import PipelineSpec
+    from kayak.pipeline.spec import PipelineSpec
 
     spec = PipelineSpec(
         source=source, tables=list(tables), target=target, work_dir=work_dir,
@@ -176,8 +178,9 @@ def _run(
     log_path: Path,
 ) -> None:  # fmt: skip
     from kayak.console.pipeline import start_pipeline_page
-    from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line, prepare_source
+    from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line
     from kayak.pipeline.session import local_spark, stop_spark
+    from kayak.pipeline.source_setup import prepare_source
     from kayak.pipeline.targets import check_target
 
     sessions: list[Any] = []  # the Spark session, once started

@@ -8,7 +8,8 @@ change topics that something else fills.
 from __future__ import annotations
 
 from kayak.pipeline.job import ReplicationJob, ReplicationSettings, ReplicationStats
-from kayak.pipeline.runner import Pipeline, PipelineSpec
+from kayak.pipeline.runner import Pipeline
+from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.verify import Verification
 
 __all__ = [

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Protocol, Self
 
 from kayak.cdc.capture import CaptureLoop, capture_transactional_id
-from kayak.cdc.change import Row, TableSchema
 from kayak.cdc.envelope import topic_name
 from kayak.cdc.publisher import ChangePublisher, EventEncoder, open_capture_producer
 from kayak.cdc.source import ChangeSource
@@ -40,14 +36,18 @@ from kayak.pipeline.apply import one_line
 from kayak.pipeline.embedded import EmbeddedBroker
 from kayak.pipeline.job import ReplicationJob, ReplicationSettings
 from kayak.pipeline.metrics import VerificationRecord
+from kayak.pipeline.source_database import (
+    current_table_schema,
+    database_name,
+    generated_columns,
+    open_source,
+    read_source_rows,
+    source_kind,
+)
+from kayak.pipeline.spec import PipelineSpec, micro_batch_cap
 from kayak.pipeline.targets import Target
 from kayak.pipeline.topics import topic_ensurer
-from kayak.pipeline.transient import (
-    DEFAULT_GIVE_UP_AFTER_S,
-    ReconnectingTarget,
-    RetryPolicy,
-    call_with_retries,
-)
+from kayak.pipeline.transient import ReconnectingTarget, call_with_retries
 from kayak.pipeline.verify import Verification, verify_table
 
 
@@ -64,18 +64,11 @@ class ServedPage(Protocol):
 PageStarter = Callable[["Pipeline"], ServedPage]
 
 __all__ = [
+    "PageStarter",
     "Pipeline",
     "PipelineFailure",
-    "PipelineSpec",
-    "SourceSetup",
-    "absolute_sqlite_url",
-    "current_table_schema",
-    "database_name",
+    "ServedPage",
     "one_line",
-    "open_source",
-    "prepare_source",
-    "read_source_rows",
-    "source_kind",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,273 +84,6 @@ _KAYAK_ERROR_LINE = re.compile(
 class PipelineFailure(KayakError):
     """A part of a running pipeline died (the streaming query, the capture); the message is
     one line for the terminal."""
-
-
-def source_kind(url: str) -> Literal["sqlite", "postgresql"]:
-    """``sqlite`` for ``sqlite:PATH`` (or a bare path), ``postgresql`` for a libpq URL;
-    ValueError for any other URL (``mysql://…`` is not a file name)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql"
-    if "://" in url and not url.startswith("sqlite:"):
-        scheme = url.split("://", 1)[0]
-        raise ValueError(
-            f"unsupported source {scheme}://…: sources are SQLite (PATH or sqlite:PATH) and "
-            "PostgreSQL (postgresql://…)"
-        )
-    return "sqlite"
-
-
-def database_name(url: str) -> str:
-    """The ``source.db`` of events: a SQLite file's stem or a PostgreSQL database's name."""
-    if source_kind(url) == "sqlite":
-        return Path(sqlite_path(url)).stem
-    return url.rsplit("/", 1)[-1].split("?")[0]
-
-
-def sqlite_path(url: str) -> str:
-    return url.removeprefix("sqlite:").removeprefix("//")
-
-
-def absolute_sqlite_url(url: str) -> str:
-    """A SQLite URL (``sqlite:PATH``, or a bare path) as ``sqlite:`` + an absolute path, ``~``
-    expanded; any other URL unchanged. Spark's executors open the target by URL in working
-    directories of their own, where a relative path names another file or none."""
-    if "://" in url and not url.startswith("sqlite:"):
-        return url
-    path = sqlite_path(url)
-    if path in ("", ":memory:"):
-        return url
-    return f"sqlite:{os.path.abspath(os.path.expanduser(path))}"
-
-
-def open_source(
-    url: str, tables: Sequence[str], *, slot_name: str | None = None,
-    stopping: threading.Event | None = None, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S,
-) -> ChangeSource:  # fmt: skip
-    """A capture source for ``url``; its tables must have been enabled (``kayak cdc enable``
-    or :func:`prepare_source`). A PostgreSQL source uses the replication slot and the
-    publication named ``slot_name`` (None: the database's own slot and publication
-    ``kayak``, see :mod:`kayak.cdc.postgres.slot`), and reconnects (resuming at the slot's confirmed
-    position) when its server goes away, for up to ``give_up_after_s``; ``stopping`` ends
-    those attempts."""
-    if source_kind(url) == "sqlite":
-        from kayak.cdc.sqlite import SqliteSource
-
-        return SqliteSource(sqlite_path(url), tables)
-    from kayak.cdc.postgres import PostgresSource
-    from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION
-    from kayak.cdc.reconnect import ReconnectingSource
-
-    publication = slot_name or DEFAULT_PUBLICATION
-    return ReconnectingSource(
-        lambda: PostgresSource(url, tables, slot_name=slot_name, publication=publication),
-        stopping=stopping,
-        give_up_after_s=give_up_after_s,
-    )
-
-
-def current_table_schema(url: str, table: str) -> TableSchema:
-    """A source table's columns and key as its database describes them now."""
-    if source_kind(url) == "sqlite":
-        import sqlite3
-
-        from kayak.cdc.sqlite import read_table_schema
-
-        conn = sqlite3.connect(sqlite_path(url))
-        try:
-            return read_table_schema(conn, table)
-        finally:
-            conn.close()
-    from kayak.cdc.postgres.catalog import load_table, parse_table_name
-    from kayak.pipeline.targets.postgres import connect
-
-    with connect(url) as pg:
-        return load_table(pg, *parse_table_name(table)).schema
-
-
-def generated_columns(url: str, table: TableSchema) -> tuple[str, ...]:
-    """The source table's generated columns, which capture leaves out (so verification
-    names them as not compared rather than calling the table equal in silence)."""
-    if source_kind(url) == "sqlite":
-        import sqlite3
-
-        from kayak.cdc.sqlite.schema import quote_identifier
-
-        conn = sqlite3.connect(sqlite_path(url))
-        try:
-            rows = conn.execute(f"PRAGMA table_xinfo({quote_identifier(table.name)})").fetchall()
-        finally:
-            conn.close()
-        return tuple(row[1] for row in rows if row[6] in (2, 3))  # hidden: virtual, stored
-    from kayak.pipeline.targets.postgres import connect
-
-    with connect(url) as pg:
-        found = pg.execute(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
-            "AND c.relname = %s AND a.attgenerated <> '' AND NOT a.attisdropped "
-            "ORDER BY a.attnum",
-            (table.schema, table.name),
-        ).fetchall()
-    return tuple(str(name) for (name,) in found)
-
-
-def read_source_rows(url: str, table: TableSchema) -> list[Row]:
-    """Every row of a source table, in its column types' representation."""
-    if source_kind(url) == "sqlite":
-        import sqlite3
-
-        from kayak.pipeline.targets.sqlite import read_sqlite_rows
-
-        conn = sqlite3.connect(sqlite_path(url))
-        try:
-            return read_sqlite_rows(conn, table)
-        finally:
-            conn.close()
-    from psycopg import sql
-
-    from kayak.pipeline.targets.postgres import connect, read_postgres_rows
-
-    with connect(url) as pg:
-        name = sql.SQL("{}.{}").format(sql.Identifier(table.schema), sql.Identifier(table.name))
-        return read_postgres_rows(pg, table, name)
-
-
-# The micro-batch cap of a pipeline from a SQLite source (see PipelineSpec).
-SQLITE_MAX_OFFSETS = 50_000
-
-
-@dataclass
-class PipelineSpec:
-    """A pipeline's endpoints and settings (see ``kayak pipeline run``)."""
-
-    source: str
-    tables: Sequence[str]
-    target: str
-    work_dir: Path
-    bootstrap_servers: str | None = None
-    registry_url: str | None = None
-    prefix: str = "kayak"
-    slot_name: str | None = None  # PostgreSQL: None = the database's own (see open_source)
-    # Caps a micro-batch (records). None: everything committed, for a PostgreSQL source (a
-    # capped micro-batch could end inside a source transaction) and SQLITE_MAX_OFFSETS for a
-    # SQLite source, whose changes carry no transactions.
-    max_offsets_per_trigger: int | None = None
-    capture_batch: int = 5_000
-    client_options: dict[str, str] = field(default_factory=dict)
-    # How long a transient source or target failure is retried before the pipeline stops.
-    retry_timeout_s: float = DEFAULT_GIVE_UP_AFTER_S
-    # The pipeline's own web server (/metrics and its console page): None = none; 0 = an
-    # ephemeral port (see Pipeline.metrics_url).
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    # The schema registry client's settings (basic.auth.user.info, ssl.ca.location, ...);
-    # schema.registry.* and basic.auth.* in client_options are moved here.
-    registry_config: dict[str, str] = field(default_factory=dict)
-    # Read existing change topics (a regex) instead of capturing: kayak.pipeline.from_topics.
-    from_topics: str | None = None
-    input_format: str = "kayak"  # of the change topics (kayak.pipeline.input_formats)
-
-    def __post_init__(self) -> None:
-        from kayak.serde.registry import split_registry_properties
-
-        registry, self.client_options = split_registry_properties(self.client_options)
-        self.registry_config = {**registry, **self.registry_config}
-        url = self.registry_config.pop("url", None)
-        self.registry_url = self.registry_url or url
-        # Paths are resolved here, against this process's directory: the capture, Spark's
-        # checkpoint and the executors' apply (each in a directory of its own on a cluster)
-        # must all name the same files.
-        self.source = absolute_sqlite_url(self.source)
-        if self.target.startswith("sqlite:"):
-            self.target = absolute_sqlite_url(self.target)
-        self.work_dir = Path(os.path.abspath(os.path.expanduser(self.work_dir)))
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The retry policy of the target side (apply and verification)."""
-        return RetryPolicy(give_up_after_s=self.retry_timeout_s)
-
-
-def micro_batch_cap(spec: PipelineSpec) -> int | None:
-    """``maxOffsetsPerTrigger`` of the replication query. Micro-batches are read with
-    read_committed and end at the last stable offset, so each holds whole capture batches
-    (Kafka transactions) and with them whole source transactions; a cap in records would end
-    one inside a transaction, so there is none unless asked for (then a warning says what it
-    costs). A SQLite source has no transactions to keep whole: capped at SQLITE_MAX_OFFSETS."""
-    cap = spec.max_offsets_per_trigger
-    if spec.from_topics is None and source_kind(spec.source) == "sqlite":
-        return cap or SQLITE_MAX_OFFSETS
-    if cap is not None:
-        log.warning("max_offsets_per_trigger=%d: a micro-batch may end inside a source "
-                    "transaction, which the target then shows half applied until the next "
-                    "one", cap)  # fmt: skip
-    return cap
-
-
-@dataclass
-class SourceSetup:
-    """What :func:`prepare_source` installed on the source, so that a pipeline whose start
-    fails can take it away again; what existed before is left alone."""
-
-    url: str
-    sqlite_tables: list[str] = field(default_factory=list)  # capture enabled by this call
-    publication: str | None = None  # PostgreSQL: created by this call
-    slot: str | None = None  # PostgreSQL: did not exist before (the source creates it)
-
-    def undo(self) -> None:
-        """Remove the triggers and change-log tables, or the slot and publication, that
-        this call installed."""
-        if self.sqlite_tables:
-            from kayak.cdc.sqlite import disable
-
-            for table in self.sqlite_tables:
-                disable(sqlite_path(self.url), table, drop_log=True)
-            log.info("removed the capture of %s set up by this run",
-                     ", ".join(self.sqlite_tables))  # fmt: skip
-        if self.publication is not None or self.slot is not None:
-            from kayak.cdc.postgres import disable as disable_postgres
-
-            disable_postgres(self.url, publication=self.publication, slot=self.slot)
-            log.info("removed the publication/slot set up by this run")
-
-
-def prepare_source(spec: PipelineSpec) -> SourceSetup:
-    """Enable capture on the tables not captured yet: SQLite triggers, or the PostgreSQL
-    publication (the source makes its slot and snapshot when opened). Returns what it
-    installed (:meth:`SourceSetup.undo` takes it away)."""
-    setup = SourceSetup(spec.source)
-    if source_kind(spec.source) != "sqlite":
-        from kayak.cdc.postgres import enable as enable_postgres
-        from kayak.cdc.postgres.slot import DEFAULT_PUBLICATION, resolve_slot, slot_exists
-
-        slot_name = resolve_slot(spec.source, spec.slot_name)
-        publication = spec.slot_name or DEFAULT_PUBLICATION
-        slot_was_there = slot_exists(spec.source, slot_name)
-        created = enable_postgres(spec.source, spec.tables, publication=publication, slot=slot_name)
-        setup.publication = publication if created else None
-        setup.slot = None if slot_was_there else slot_name
-        return setup
-    import sqlite3
-
-    from kayak.cdc.sqlite import enable, log_table_name
-
-    path = sqlite_path(spec.source)
-    if not Path(path).exists():
-        raise KayakError(f"SQLite source {path} does not exist")
-    conn = sqlite3.connect(path)
-    try:
-        captured = {
-            name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
-    finally:
-        conn.close()
-    for table in spec.tables:
-        if log_table_name(table) not in captured:
-            rows = enable(path, table)
-            setup.sqlite_tables.append(table)
-            log.info("capture enabled on %s (snapshot of %d rows)", table, rows)
-    return setup
 
 
 class Pipeline:

@@ -8,8 +8,8 @@ import pytest
 
 from kayak.client.producer.accumulator import BufferMemory
 from kayak.client.producer.batch import PartitionQueue, ProducerBatch, _restamp
-from kayak.client.producer.producer import _chunk_ends
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList, StoredRun
+from kayak.client.producer.record_sizes import chunk_ends
 from kayak.errors import KafkaTimeoutError
 from kayak.protocol.records import (
     build_record_batch,
@@ -72,7 +72,7 @@ def test_metadata_list_of_interleaved_keyed_records() -> None:
 def test_records_are_cut_into_batches_at_batch_size(
     sizes: list[int], limit: int, ends: list[int]
 ) -> None:
-    assert _chunk_ends(sizes, limit) == ends
+    assert chunk_ends(sizes, limit) == ends
 
 
 def test_restamping_a_batch_keeps_it_valid() -> None:

@@ -60,7 +60,7 @@ TRANSACTION_TIMEOUT_MS = 10_000
 # Small segments, rolled by time as well, so the copy crosses segment boundaries.
 TOPIC_CONFIGS = ("--config", "segment.bytes=1048576", "--config", "segment.ms=1000")
 # (fraction of the input copied, what happens then); "broker" faults only on kayak.
-FAULTS = ((0.2, "broker"), (0.35, "copier"), (0.5, "broker"), (0.75, "broker"))
+FAULTS = ((0.25, "broker"), (0.4, "copier"), (0.7, "broker"))
 
 Copied = dict[tuple[int, int], str]  # (partition, offset) -> value
 Sequences = dict[int, list[str]]  # partition -> its values in offset order

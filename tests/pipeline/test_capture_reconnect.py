@@ -24,7 +24,7 @@ from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.cdc.reconnect import ReconnectingSource
 from kayak.client.sync import Admin, Consumer, Producer
 from kayak.client.types import TopicPartition
-from kayak.pipeline.runner import open_source
+from kayak.pipeline.source_database import open_source
 from kayak.pipeline.topics import topic_ensurer
 from kayak.serde import SchemaRegistryClient
 from tests.fixtures.postgres import PostgresCluster, PostgresServer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-from kayak.pipeline.runner import current_table_schema, generated_columns
+from kayak.pipeline.source_database import current_table_schema, generated_columns
 
 
 def test_sqlite_generated_columns_are_named(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 import psycopg
 
 from kayak.pipeline.from_topics import TopicsPipeline
-from kayak.pipeline.runner import PipelineSpec, prepare_source
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from tests.pipeline.conftest import CdcBroker
 from tests.pipeline.test_pipeline_postgres import target_dsn
 

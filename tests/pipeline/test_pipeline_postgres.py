@@ -7,7 +7,9 @@ from pathlib import Path
 
 import psycopg
 
-from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
+from kayak.pipeline.runner import Pipeline
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from tests.pipeline.conftest import CdcBroker
 
 DDL = """

@@ -14,7 +14,9 @@ from kayak.cdc.sqlite import install_triggers
 from kayak.client.sync import Consumer, Producer
 from kayak.client.types import TopicPartition
 from kayak.pipeline.job import ReplicationJob
-from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
+from kayak.pipeline.runner import Pipeline
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.workload import create_orders, run_workload
 from tests.pipeline.conftest import CdcBroker
 

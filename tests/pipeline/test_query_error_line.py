@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kayak.pipeline.apply import one_line, root_cause
-from kayak.pipeline.runner import Pipeline, PipelineFailure, PipelineSpec
+from kayak.pipeline.runner import Pipeline, PipelineFailure
+from kayak.pipeline.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -28,7 +28,7 @@ from kayak.client.types import TopicPartition
 from kayak.pipeline.apply import ChangeApplier
 from kayak.pipeline.decode import ChangeDecoder, DecodedChange, decode_records, latest_per_key
 from kayak.pipeline.targets import open_target
-from kayak.pipeline.targets.postgres import connect, read_postgres_rows
+from kayak.pipeline.targets.postgres_rows import connect, read_postgres_rows
 from kayak.pipeline.topics import topic_ensurer
 from kayak.pipeline.verify import verify_table
 from kayak.serde import SchemaRegistryClient

@@ -10,7 +10,8 @@ import psycopg
 
 from kayak.cdc.postgres.slot import slot_exists
 from kayak.cdc.sqlite import enable
-from kayak.pipeline.runner import PipelineSpec, prepare_source
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.workload import create_orders
 
 

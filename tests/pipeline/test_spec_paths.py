@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kayak.pipeline.runner import PipelineSpec, absolute_sqlite_url
+from kayak.pipeline.source_database import absolute_sqlite_url
+from kayak.pipeline.spec import PipelineSpec
 
 
 def test_the_pipeline_takes_sqlite_paths_and_its_work_dir_as_absolute(

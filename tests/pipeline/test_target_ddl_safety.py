@@ -25,7 +25,7 @@ from kayak.client.types import TopicPartition
 from kayak.pipeline.apply import ChangeApplier
 from kayak.pipeline.decode import ChangeDecoder, DecodedChange, decode_records
 from kayak.pipeline.targets import AppliedChange, Target, TargetSchemaError, open_target
-from kayak.pipeline.targets.postgres import declared_type as pg_declared
+from kayak.pipeline.targets.postgres_columns import declared_type as pg_declared
 from kayak.pipeline.targets.sqlite import declared_type as sqlite_declared
 from kayak.pipeline.targets.types import TypeSyntaxError, parse_pg_type, sqlite_type
 from kayak.pipeline.topics import topic_ensurer

@@ -22,9 +22,11 @@ from kayak.cdc.change import Change, Op, UserType
 from kayak.cdc.envelope import event_value, table_schema_from_avro, value_schema
 from kayak.cdc.errors import SourceSetupError
 from kayak.cdc.postgres import PostgresSource, enable
-from kayak.pipeline.runner import Pipeline, PipelineSpec, prepare_source
+from kayak.pipeline.runner import Pipeline
+from kayak.pipeline.source_setup import prepare_source
+from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.targets import AppliedChange, Target, TargetSchemaError, open_target
-from kayak.pipeline.targets.postgres import connect, read_postgres_rows
+from kayak.pipeline.targets.postgres_rows import connect, read_postgres_rows
 from kayak.pipeline.verify import compare_rows
 from tests.pipeline.conftest import CdcBroker
 

@@ -29,7 +29,7 @@ from psycopg.types.json import Json, Jsonb
 
 from kayak.cdc import Column, ColumnType, TableSchema, format_position
 from kayak.cdc.postgres.catalog import load_table
-from kayak.pipeline.runner import read_source_rows
+from kayak.pipeline.source_database import read_source_rows
 from kayak.pipeline.targets import AppliedChange, open_target
 from kayak.pipeline.verify import compare_rows, values_equal, verify_table
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kayak.errors import ConfigError, SchemaRegistryError
-from kayak.pipeline.runner import PipelineSpec
+from kayak.pipeline.spec import PipelineSpec
 from kayak.serde import AvroDeserializer, AvroSerializer, SchemaRegistryClient
 from kayak.serde.registry import split_registry_properties
 from tests.fixtures.certs import TlsFiles

@@ -101,28 +101,18 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from kayak.cdc.change import Change, Op, Row, TableSchema, format_position, snapshot_floor
+from kayak.cdc.change import Change, Op, TableSchema, format_position, snapshot_floor
 from kayak.cdc.errors import CaptureError, SchemaChangeError, SourceSetupError
 from kayak.cdc.postgres import catalog, pgoutput, slot
-from kayak.cdc.postgres.pgoutput import UNCHANGED_TOAST, TupleValue
-from kayak.cdc.postgres.relations import RelationTracker, TrackedRelation
-from kayak.cdc.postgres.toast import ToastCache, fetch_current, raw_text_cursor
-from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
+from kayak.cdc.postgres.decoder import ChangeDecoder, cache_key, decode_row
+from kayak.cdc.postgres.lsn import format_lsn, parse_lsn
+from kayak.cdc.postgres.relations import RelationTracker
+from kayak.cdc.postgres.toast import ToastCache, raw_text_cursor
+from kayak.cdc.postgres.types import SESSION_SETTINGS
 
 __all__ = ["PostgresSource", "format_lsn", "parse_lsn"]
 
 log = logging.getLogger(__name__)
-
-
-def format_lsn(lsn: int) -> str:
-    """An LSN as PostgreSQL writes it (``16/B374D848``)."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def parse_lsn(text: str) -> int:
-    """PostgreSQL's ``hi/lo`` LSN text → int."""
-    hi, _, lo = text.partition("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
 
 
 def _apply_session_settings(conn: psycopg.Connection[Any]) -> None:
@@ -194,6 +184,7 @@ class PostgresSource:
             }
             catalog.check_publication(self._conn, self._publication, self._names)
             self._relations = RelationTracker(self._conn, self._tables)
+            self._decoder = ChangeDecoder(self._conn, self._relations, self._toast)
             self._pending: deque[Change] = deque()
             # A schema change capture cannot carry: raised once every change before it
             # has been handed out.
@@ -293,8 +284,8 @@ class PostgresSource:
                 for values in rows:
                     if held is not None:
                         yield held
-                    after = self._decode_row(table.schema, values)
-                    self._toast.remember(self._cache_key(table.schema, after), after)
+                    after = decode_row(table.schema, values)
+                    self._toast.remember(cache_key(table.schema, after), after)
                     held = Change(
                         op=Op.READ,
                         table=table.schema,
@@ -539,13 +530,13 @@ class PostgresSource:
             elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
                 if begin is None:
                     raise CaptureError("pgoutput row change outside a transaction")
-                change = self._to_change(message, begin, lsn, len(tx_changes))
+                change = self._decoder.to_change(message, begin, lsn, len(tx_changes))
                 if change is not None:
                     tx_changes.append(change)
             elif isinstance(message, pgoutput.Truncate):
                 if begin is None:
                     raise CaptureError("pgoutput truncate outside a transaction")
-                tx_changes.extend(self._truncates(message, begin, lsn, len(tx_changes)))
+                tx_changes.extend(self._decoder.truncates(message, begin, lsn, len(tx_changes)))
             # Origin, Type and Message carry nothing a change needs.
         return found_new
 
@@ -559,147 +550,3 @@ class PostgresSource:
             raise CaptureError(f"advancing replication slot {self._slot!r} failed: {e}") from e
         assert row is not None
         self._confirmed = max(self._confirmed, int(row[0]))
-
-    # -- decoding -------------------------------------------------------------------------------
-
-    def _truncates(
-        self, message: pgoutput.Truncate, begin: pgoutput.Begin, lsn: int, seq: int
-    ) -> list[Change]:
-        """One ``Op.TRUNCATE`` change per captured table the message truncates."""
-        changes: list[Change] = []
-        for oid in message.relation_oids:
-            relation = self._relations.get(oid)
-            if relation is None:
-                continue
-            self._toast.forget_table(relation.table.qualified_name)
-            log.info("TRUNCATE of %s at %s", relation.table.qualified_name, format_lsn(lsn))
-            changes.append(Change(
-                op=Op.TRUNCATE, table=relation.table, before=None, after=None,
-                position=format_position(begin.final_lsn, lsn, seq + len(changes)),
-                ts_ms=begin.commit_ts_us // 1000, snapshot="false", tx_id=begin.xid, lsn=lsn,
-            ))  # fmt: skip
-        return changes
-
-    def _decode_row(self, table: TableSchema, values: Sequence[Any]) -> Row:
-        return {
-            column.name: None if value is None else decode_value(column.type, value)
-            for column, value in zip(table.columns, values, strict=True)
-        }
-
-    def _decode_tuple(
-        self, table: TableSchema, values: Sequence[TupleValue]
-    ) -> tuple[Row, list[str]]:
-        """A tuple's row, and the columns it left out as unchanged TOAST values."""
-        if len(values) != len(table.columns):
-            raise CaptureError(
-                f"{table.qualified_name}: tuple has {len(values)} columns, relation "
-                f"{len(table.columns)}"
-            )
-        row: Row = {}
-        unchanged: list[str] = []
-        for column, value in zip(table.columns, values, strict=True):
-            if value is UNCHANGED_TOAST:
-                unchanged.append(column.name)
-                row[column.name] = None
-            elif isinstance(value, str):
-                row[column.name] = decode_value(column.type, value)
-            elif value is None:
-                row[column.name] = None
-            else:
-                raise CaptureError("pgoutput sent a binary value; the binary option is not used")
-        return row, unchanged
-
-    @staticmethod
-    def _cache_key(table: TableSchema, row: Row) -> tuple[str, tuple[Any, ...]]:
-        return table.qualified_name, tuple(row[k] for k in table.key)
-
-    def _to_change(
-        self,
-        message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
-        begin: pgoutput.Begin,
-        lsn: int,
-        seq: int,
-    ) -> Change | None:
-        relation = self._relations.get(message.relation_oid)
-        if relation is None:
-            return None  # a published table this source does not capture
-        table = relation.table
-        before: Row | None = None
-        after: Row | None = None
-        extra: dict[str, Any] = {}
-        if isinstance(message, pgoutput.Insert):
-            op = Op.CREATE
-            after, _ = self._decode_tuple(table, message.new)
-        elif isinstance(message, pgoutput.Update):
-            op = Op.UPDATE
-            if message.old is not None:
-                old, _ = self._decode_tuple(table, message.old)
-                before = old if message.old_kind == "O" else table.key_of(old)
-            after, unchanged = self._decode_tuple(table, message.new)
-            if unchanged:
-                missing = self._fill_unchanged(relation, after, unchanged, before, message)
-                if missing:
-                    extra["unavailable_columns"] = missing
-        else:
-            op = Op.DELETE
-            old, _ = self._decode_tuple(table, message.old)
-            before = old if message.old_kind == "O" else table.key_of(old)
-        self._track_toast(table, before, after)
-        return Change(
-            op=op,
-            table=table,
-            before=before,
-            after=after,
-            position=format_position(begin.final_lsn, lsn, seq),
-            ts_ms=begin.commit_ts_us // 1000,
-            snapshot="false",
-            tx_id=begin.xid,
-            lsn=lsn,
-            extra=extra,
-        )
-
-    def _track_toast(self, table: TableSchema, before: Row | None, after: Row | None) -> None:
-        if before is not None and (after is None or table.key_of(before) != table.key_of(after)):
-            self._toast.forget(self._cache_key(table, before))
-        if after is not None:
-            self._toast.remember(self._cache_key(table, after), after)
-
-    def _fill_unchanged(
-        self,
-        relation: TrackedRelation,
-        after: Row,
-        unchanged: list[str],
-        before: Row | None,
-        message: pgoutput.Update,
-    ) -> list[str]:
-        """Put values into the columns an update left out; the names still missing."""
-        table = relation.table
-        missing: list[str] = []
-        # Under DEFAULT an update that changed the key sends the old key: the cache and the
-        # table know the row by that key only if it did not change.
-        old_key = self._cache_key(table, before if before is not None else after)
-        cached = self._toast.get(old_key) or {}
-        for name in unchanged:
-            if message.old_kind == "O" and before is not None and before.get(name) is not None:
-                after[name] = before[name]
-            elif name in cached:
-                after[name] = cached[name]
-            else:
-                missing.append(name)
-        if not missing:
-            return []
-        fetched = self._fetch_current(relation, after, missing)
-        if fetched is None:
-            log.warning(
-                "%s: row %s is gone; unchanged TOAST columns %s unavailable",
-                table.qualified_name,
-                table.key_of(after),
-                missing,
-            )
-            return missing
-        after.update(fetched)
-        return []
-
-    def _fetch_current(self, relation: TrackedRelation, after: Row, names: list[str]) -> Row | None:
-        """The row's current values of ``names``, looked up by the after image's key."""
-        return fetch_current(self._conn, relation.table, relation.type_oids, after, names)

@@ -2,8 +2,10 @@
 
 See :class:`Consumer`. The parts, one file per data path: ``fetcher`` (Fetch requests per
 broker), ``completed`` (lazy decoding of fetched batches), ``offsets`` (ListOffsets, starting
-positions), ``group`` (membership, heartbeats, commits), ``assignors``, ``subscription``
-(what is assigned, positions), ``records`` (``ConsumerRecord``).
+positions), ``position_lookup`` (resolving them in the background), ``group``
+(membership, heartbeats, commits), ``commits`` (what a commit sends, asynchronous commits),
+``assignors``, ``subscription`` (what is assigned, positions), ``records``
+(``ConsumerRecord``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -39,26 +38,24 @@ from typing import Any, Self
 
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
+from kayak.client.consumer.commits import CommitCallback, commit_and_report, offsets_to_commit
 from kayak.client.consumer.errors import ConsumerClosedError
 from kayak.client.consumer.fetcher import Fetcher, FetchStats
 from kayak.client.consumer.group import GroupMember
 from kayak.client.consumer.listener import RebalanceListener, call_listener
 from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, list_offsets
+from kayak.client.consumer.position_lookup import PositionLookup
 from kayak.client.consumer.records import ConsumerRecord
 from kayak.client.consumer.statistics import ConsumerStatistics
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
 from kayak.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from kayak.errors import ConfigError, KayakError
 
-log = logging.getLogger(__name__)
-
 __all__ = ["Consumer"]
 
 # Hand this many records out through getone()/iteration between chances for the event loop
 # to take in responses and send the next fetches.
 _RECORDS_BETWEEN_YIELDS = 500
-
-CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], object]
 
 
 class Consumer:
@@ -79,9 +76,7 @@ class Consumer:
         self._cluster: Cluster | None = None
         self._fetcher: Fetcher | None = None
         self._group: GroupMember | None = None
-        self._resolver: PositionResolver | None = None
-        self._positions: asyncio.Future[None] | None = None
-        self._positions_error: KayakError | None = None
+        self._positions: PositionLookup | None = None
         self._returned: list[PartitionState] = []  # partitions the last poll returned records of
         self._since_yield = 0
         self._background: set[asyncio.Future[None]] = set()
@@ -105,11 +100,14 @@ class Consumer:
             self._group = GroupMember(
                 cluster, self._subscriptions, self.config, on_assigned=self._schedule_positions
             )
-        self._resolver = PositionResolver(
+        resolver = PositionResolver(
             cluster,
             self._subscriptions,
             self.config,
             self._committed_lookup if self._group is not None else None,
+        )
+        self._positions = PositionLookup(
+            resolver, self._subscriptions, self._fetcher, lambda: self._closed
         )
         self._started = True
         self._statistics.started(cluster, self._group)
@@ -316,36 +314,17 @@ class Consumer:
         self._fetcher.wake()
 
     def _schedule_positions(self) -> None:
-        if self._resolver is None or self._closed:
-            return
-        if self._positions is None or self._positions.done():
-            self._positions = asyncio.ensure_future(self._resolve_positions())
-
-    async def _resolve_positions(self) -> None:
-        assert self._resolver is not None and self._fetcher is not None
-        try:
-            while self._subscriptions.missing_positions():
-                await self._resolver.resolve()
-        except KayakError as exc:
-            log.info("looking up positions failed: %s", exc)
-            self._positions_error = exc
-        finally:
-            self._fetcher.wake()
+        if self._positions is not None:
+            self._positions.schedule()
 
     async def _positions_ready(self, deadline: float) -> None:
         """Wait (until ``deadline``) for a position lookup that is due."""
-        if not self._subscriptions.missing_positions():
-            return
-        if self._positions_error is None:
-            self._schedule_positions()
-        task = self._positions
-        if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0))
+        if self._positions is not None:
+            await self._positions.ready(deadline)
 
     def _raise_position_error(self) -> None:
-        error, self._positions_error = self._positions_error, None
-        if error is not None:
-            raise error
+        if self._positions is not None:
+            self._positions.raise_error()
 
     async def _committed_lookup(
         self, partitions: set[TopicPartition]
@@ -507,7 +486,8 @@ class Consumer:
         """
         group = self._require_group()
         await group.commit(
-            self._offsets_to_commit(offsets), timeout=self.config.default_api_timeout_ms / 1000
+            offsets_to_commit(self._subscriptions, offsets),
+            timeout=self.config.default_api_timeout_ms / 1000,
         )
 
     def commit_async(
@@ -518,30 +498,9 @@ class Consumer:
         """Start a commit and return at once; ``callback(offsets, error)`` runs when it
         completes (error None on success). Failures without a callback are logged."""
         group = self._require_group()
-        chosen = self._offsets_to_commit(offsets)
-
-        async def run() -> None:
-            error: BaseException | None = None
-            try:
-                await group.commit(chosen, timeout=self.config.default_api_timeout_ms / 1000)
-            except KayakError as exc:
-                error = exc
-                if callback is None:
-                    log.warning("asynchronous commit failed: %s", exc)
-            if callback is not None:
-                callback(chosen, error)
-
-        return self._spawn(run())
-
-    def _offsets_to_commit(
-        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        if offsets is None:
-            return {tp: OffsetAndMetadata(o) for tp, o in self._subscriptions.positions().items()}
-        return {
-            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
-            for tp, o in offsets.items()
-        }
+        chosen = offsets_to_commit(self._subscriptions, offsets)
+        timeout = self.config.default_api_timeout_ms / 1000
+        return self._spawn(commit_and_report(group, chosen, timeout, callback))
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition`` (None if it has none)."""

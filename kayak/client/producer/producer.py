@@ -32,36 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate, repeat
-from operator import add
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from kayak.client.backoff import BackoffStrategy, Deadline, backoff_from_config
 from kayak.client.cluster import Cluster
 from kayak.client.config import ProducerConfig
 from kayak.client.connection import BrokerConnection
-from kayak.client.partitioner import (
-    ConsistentPartitioner,
-    ConsistentRandomPartitioner,
-    DefaultPartitioner,
-    Murmur2Partitioner,
-    Murmur2RandomPartitioner,
-    Partitioner,
-    StickyPartitioner,
-)
+from kayak.client.partitioner import Partitioner
 from kayak.client.producer.accumulator import RECORD_OVERHEAD, BufferMemory, RecordAccumulator
-from kayak.client.producer.batch import (
-    RECORD_MEMORY_OVERHEAD,
-    BulkSend,
-    HeaderList,
-    ProducerBatch,
-    Value,
-)
+from kayak.client.producer.batch import RECORD_MEMORY_OVERHEAD, HeaderList, ProducerBatch, Value
+from kayak.client.producer.errors import ProducerClosedError
 from kayak.client.producer.idempotence import IdempotenceManager
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
+from kayak.client.producer.record_sizes import Headers, measure, too_large
+from kayak.client.producer.send_batch import BulkEnqueuer, sticky_without_key
 from kayak.client.producer.sender import Sender, TopicState, check_produce_version
 from kayak.client.producer.statistics import producer_statistics
 from kayak.client.producer.transactions import TransactionManager, check_transactions_supported
@@ -76,7 +62,6 @@ from kayak.errors import (
     ConfigError,
     KafkaTimeoutError,
     KayakError,
-    RecordTooLargeError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
@@ -88,9 +73,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Headers", "Producer", "ProducerClosedError"]
 
-Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
-"""Record headers: ``[("name", b"value"), ...]`` (names may repeat) or a mapping."""
-
 _CODECS = {
     "none": Codec.NONE,
     "gzip": Codec.GZIP,
@@ -98,17 +80,12 @@ _CODECS = {
     "lz4": Codec.LZ4,
     "zstd": Codec.ZSTD,
 }
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 
 YIELD_EVERY = 1000
 """``send`` lets the event loop run once per this many records, a millisecond or two apart: it
 seldom has to wait, and a loop that only awaits it would otherwise starve every other task,
 the producer's own senders and ``linger.ms`` timers included. (More often costs throughput:
 each turn of the loop is a few microseconds.)"""
-
-
-class ProducerClosedError(KayakError):
-    """The producer was closed (or never started): it sends nothing more."""
 
 
 class Producer:
@@ -130,7 +107,7 @@ class Producer:
         self.config = ProducerConfig.from_user(config, **kwargs)
         self._backoff = retry_backoff or backoff_from_config(self.config)
         self._partitioner: Partitioner = self.config.make_partitioner()
-        self._sticky_without_key = _sticky_without_key(self._partitioner)
+        self._sticky_without_key = sticky_without_key(self._partitioner)
         self._codec = _CODECS[self.config.compression_type]
         self._max_block = self.config.max_block_ms / 1000
         # A batch must fit a request, whatever batch.size says.
@@ -155,6 +132,7 @@ class Producer:
         self._memory: BufferMemory
         self._accumulator: RecordAccumulator
         self._sender: Sender
+        self._bulk: BulkEnqueuer
         self._topics: dict[str, TopicState] = {}
         self._idempotence: IdempotenceManager | None = None
         self._transaction: TransactionManager | None = None
@@ -207,6 +185,17 @@ class Producer:
         self._topics = self._sender.topics
         if self._transaction is not None:
             self._transaction.attach(self._accumulator.queues.values, self._accumulator.drop_unsent)
+        self._bulk = BulkEnqueuer(
+            config=self.config,
+            partitioner=self._partitioner,
+            accumulator=self._accumulator,
+            memory=self._memory,
+            batch_size=self._batch_size,
+            max_record_size=self._max_record_size,
+            max_block=self._max_block,
+            loop=self._loop,
+            is_closed=lambda: self._closed,
+        )
         self._create_future = self._loop.create_future
         self._started = True
         self._reporter = reporter_for(
@@ -483,9 +472,9 @@ class Producer:
         if type(value) is bytes and key is None and not headers:
             size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
         else:
-            size, key_bytes, header_list = _measure(value, key, headers)
+            size, key_bytes, header_list = measure(value, key, headers)
         if size > self._max_record_size:
-            raise _too_large(size, self.config)
+            raise too_large(size, self.config)
         if timestamp is None:
             timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
         charge = size + RECORD_MEMORY_OVERHEAD
@@ -590,265 +579,7 @@ class Producer:
         if self._transaction is not None:
             self._transaction.check_can_send()
         state = await self._topic_state(topic)
-        count = len(values)
-        future: asyncio.Future[RecordMetadataList] = self._loop.create_future()
-        if count == 0:
-            future.set_result(RecordMetadataList(topic, [], 0))
-            return future
-        if partition is not None and not 0 <= partition < state.partition_count:
-            raise ValueError(
-                f"partition {partition} of {topic!r} does not exist: it has "
-                f"{state.partition_count} partitions"
-            )
-        sizes: list[int] | None = None
-        if keys is None and headers is None and _all_bytes(values):
-            # The common case needs no per-record sizes unless the lot must be split.
-            lengths = cast("Sequence[bytes]", values)  # all bytes, just checked
-            largest = max(map(len, lengths)) + RECORD_OVERHEAD
-            total = sum(map(len, lengths)) + count * RECORD_OVERHEAD
-            if total + BATCH_HEADER_SIZE > self._batch_size:
-                sizes = _record_sizes(values, None, None, count)
-        else:
-            sizes = _record_sizes(values, keys, headers, count)
-            largest, total = max(sizes), sum(sizes)
-        if largest > self._max_record_size:
-            raise _too_large(largest, self.config)
-        header_lists = _bulk_headers(headers)
-        bulk = BulkSend(topic, count, future)
-        try:
-            await self._enqueue_bulk(
-                state, bulk, values, keys, header_lists, partition, sizes, total
-            )
-        except BaseException as exc:
-            bulk.abandon(exc)  # whatever was queued still goes; the caller has the error
-            raise
-        return future
-
-    async def _enqueue_bulk(
-        self,
-        state: TopicState,
-        bulk: BulkSend,
-        values: Sequence[Value],
-        keys: Sequence[Value] | None,
-        headers: Sequence[HeaderList | None] | None,
-        partition: int | None,
-        sizes: list[int] | None,
-        total: int,
-    ) -> None:
-        """Queue the records as closed batches; ``sizes`` (each record's) may be None when
-        they all fit one batch (``total`` bytes)."""
-        timestamp = now_ms()
-        topic, count = state.name, len(values)
-        partitioner = self._partitioner
-        state.sticky = -1  # the partitioner is asked directly here: forget send's shortcut
-        if partition is not None or (keys is None and _sticky_without_key(partitioner)):
-            # Every record goes to one partition, or (sticky) one partition per batch.
-            start = 0
-            for end in [count] if sizes is None else _chunk_ends(sizes, self._batch_size):
-                if partition is None:
-                    target = partitioner(topic, None, state.partition_count, state.available)
-                else:
-                    target = partition
-                size = total if sizes is None else sum(sizes[start:end])
-                chunk = range(start, end)
-                await self._enqueue_chunk(
-                    state, bulk, target, chunk, values, keys, headers, size, timestamp
-                )
-                if partition is None and end < count:
-                    partitioner.on_new_batch(topic, target)
-                start = end
-            return
-        # Records may go anywhere: group them by partition, in order.
-        if sizes is None:
-            sizes = _record_sizes(values, None, None, count)
-        groups: dict[int, list[int]] = {}
-        count_p, available = state.partition_count, state.available
-        if keys is None:
-            targets = [partitioner(topic, None, count_p, available) for _ in range(count)]
-        else:
-            targets = [
-                partitioner(topic, key if key is None or type(key) is bytes else bytes(key),
-                            count_p, available)
-                for key in keys
-            ]  # fmt: skip
-        for index, target in enumerate(targets):
-            group = groups.get(target)
-            if group is None:
-                group = groups[target] = []
-            group.append(index)
-        for target, positions in groups.items():
-            group_sizes = [sizes[i] for i in positions]
-            start = 0
-            for end in _chunk_ends(group_sizes, self._batch_size):
-                await self._enqueue_chunk(
-                    state, bulk, target, positions[start:end], values, keys, headers,
-                    sum(group_sizes[start:end]), timestamp,
-                )  # fmt: skip
-                start = end
-
-    async def _enqueue_chunk(
-        self,
-        state: TopicState,
-        bulk: BulkSend,
-        partition: int,
-        positions: range | list[int],
-        values: Sequence[Value],
-        keys: Sequence[Value] | None,
-        headers: Sequence[HeaderList | None] | None,
-        records_size: int,
-        timestamp: int,
-    ) -> None:
-        size = BATCH_HEADER_SIZE + records_size
-        if isinstance(positions, range):
-            whole = positions.start == 0 and positions.stop == len(values)
-            chunk_values = values if whole else values[positions.start : positions.stop]
-            chunk_keys = keys if keys is None or whole else keys[positions.start : positions.stop]
-            chunk_headers = (
-                headers if headers is None or whole else headers[positions.start : positions.stop]
-            )
-        else:
-            chunk_values = [values[i] for i in positions]
-            chunk_keys = None if keys is None else [keys[i] for i in positions]
-            chunk_headers = None if headers is None else [headers[i] for i in positions]
-        memory = self._memory
-        if memory.waiters or memory.used + size > memory.limit:
-            await memory.reserve(size, self._max_block)
-        else:
-            memory.used += size
-        if self._closed:
-            memory.release(size)
-            raise ProducerClosedError("the producer was closed while send_batch waited")
-        self._accumulator.add_bulk_batch(
-            state.queues[partition], bulk, chunk_values, chunk_keys, chunk_headers,
-            positions, timestamp, size,
-        )  # fmt: skip
-
-
-# -- record checks and sizes ----------------------------------------------------------------------
-
-
-def _check_bytes(item: object, what: str) -> None:
-    if not isinstance(item, _BYTES_TYPES):
-        raise TypeError(
-            f"record {what} must be bytes, bytearray, memoryview or None, not "
-            f"{type(item).__name__} (encode strings first, e.g. {what}.encode())"
-        )
-
-
-def _measure(
-    value: Value, key: Value, headers: Headers | None
-) -> tuple[int, bytes | None, HeaderList | None]:
-    """A record's size estimate, its key as bytes (partitioners hash bytes), its headers as a
-    list; ``TypeError`` for anything else than bytes-like values, keys and header values."""
-    size = RECORD_OVERHEAD
-    if value is not None:
-        _check_bytes(value, "value")
-        size += len(value)
-    key_bytes: bytes | None = None
-    if key is not None:
-        key_bytes = key if type(key) is bytes else _key_bytes(key)
-        size += len(key_bytes)
-    header_list: HeaderList | None = None
-    if headers:
-        header_list = _header_list(headers)
-        size += _headers_size(header_list)
-    return size, key_bytes, header_list
-
-
-def _key_bytes(key: bytes | bytearray | memoryview) -> bytes:
-    _check_bytes(key, "key")
-    return bytes(key)
-
-
-def _header_list(headers: Headers) -> HeaderList:
-    items = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-    for item in items:
-        if (
-            not isinstance(item, tuple)
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or not (item[1] is None or isinstance(item[1], _BYTES_TYPES))
-        ):
-            raise TypeError(f"a header must be a (str, bytes | None) pair, not {item!r}")
-    return items
-
-
-def _headers_size(headers: HeaderList) -> int:
-    # Name and value with a length varint each (2 bytes is enough below 8 KiB), plus the count.
-    return sum(len(name) + len(value or b"") + 4 for name, value in headers) + 4
-
-
-def _too_large(size: int, config: ProducerConfig) -> RecordTooLargeError:
-    return RecordTooLargeError(
-        f"a record of about {size} bytes does not fit max.request.size "
-        f"({config.max_request_size}) or buffer.memory ({config.buffer_memory})"
-    )
-
-
-def _record_sizes(
-    values: Sequence[Value],
-    keys: Sequence[Value] | None,
-    headers: Sequence[Headers | None] | None,
-    count: int,
-) -> list[int]:
-    """Each record's encoded size estimate, checking the types of values and keys."""
-    sizes = _lengths(values, "value")
-    if keys is not None:
-        if len(keys) != count:
-            raise ValueError(f"{len(keys)} keys for {count} values")
-        sizes = list(map(add, sizes, _lengths(keys, "key")))
-    if headers is not None:
-        if len(headers) != count:
-            raise ValueError(f"{len(headers)} header lists for {count} values")
-        sizes = [
-            size + (_headers_size(_header_list(h)) if h else 0)
-            for size, h in zip(sizes, headers, strict=True)
-        ]
-    return list(map(add, sizes, repeat(RECORD_OVERHEAD, count)))
-
-
-def _all_bytes(items: Sequence[Value]) -> bool:
-    return set(map(type, items)) <= _ONLY_BYTES
-
-
-_ONLY_BYTES = frozenset({bytes})
-
-
-def _lengths(items: Sequence[Value], what: str) -> list[int]:
-    # One pass in C for the common case: all bytes.
-    if _all_bytes(items):
-        return list(map(len, items))  # type: ignore[arg-type]
-    lengths = []
-    for item in items:
-        if item is None:
-            lengths.append(0)
-        else:
-            _check_bytes(item, what)
-            lengths.append(len(item))
-    return lengths
-
-
-def _bulk_headers(headers: Sequence[Headers | None] | None) -> list[HeaderList | None] | None:
-    if headers is None:
-        return None
-    return [_header_list(h) if h else None for h in headers]
-
-
-def _chunk_ends(sizes: list[int], batch_size: int) -> list[int]:
-    """Where to cut records of these sizes into batches of at most ``batch_size`` bytes
-    (a record larger than that gets a batch of its own)."""
-    room = batch_size - BATCH_HEADER_SIZE
-    count = len(sizes)
-    filled = list(accumulate(sizes))  # bytes of records 0..i
-    if filled[-1] <= room:
-        return [count]
-    ends: list[int] = []
-    start, before = 0, 0
-    while start < count:
-        end = max(bisect_right(filled, before + room, start), start + 1)
-        ends.append(end)
-        start, before = end, filled[end - 1]
-    return ends
+        return await self._bulk.enqueue(topic, state, values, keys, headers, partition)
 
 
 class _Transaction:
@@ -871,17 +602,3 @@ class _Transaction:
             await self._producer.commit_transaction()
         elif self._producer._transaction is not None and self._producer._transaction.can_abort:
             await self._producer.abort_transaction()
-
-
-def _sticky_without_key(partitioner: Partitioner) -> bool:
-    """True if the partitioner sends every keyless record to the same partition until told of
-    a new batch (KIP-480 sticky, or a fixed hash of no key): then ``send_batch`` asks it once per
-    batch instead of once per record."""
-    if isinstance(partitioner, DefaultPartitioner | StickyPartitioner):
-        return True
-    if isinstance(partitioner, Murmur2Partitioner | ConsistentPartitioner):
-        return True
-    if isinstance(partitioner, Murmur2RandomPartitioner | ConsistentRandomPartitioner):
-        # Sticky unless built with sticky=False, which leaves no sticky state behind.
-        return getattr(partitioner, "_sticky", None) is not None
-    return False

@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from kayak.cdc.change import Column, ColumnType, Row, TableSchema
-from kayak.cdc.postgres.types import SESSION_SETTINGS, decode_value
+from kayak.cdc.change import ColumnType, Row, TableSchema
 from kayak.pipeline.targets.base import (
     FLOOR_KEY,
     POSITIONS_TABLE,
@@ -53,96 +50,18 @@ from kayak.pipeline.targets.evolve import (
     older_mapping,
     plan,
 )
-from kayak.pipeline.targets.types import (
-    TargetSchemaError,
-    TextForm,
-    TypeSyntaxError,
-    any_text_form,
-    parse_pg_type,
-    pg_column_type,
-)
+from kayak.pipeline.targets.postgres_columns import declared_type, default_sql, same_type
+from kayak.pipeline.targets.postgres_rows import connect, read_postgres_rows
+from kayak.pipeline.targets.types import TargetSchemaError, any_text_form
 from kayak.pipeline.targets.user_types import PgUserType, pg_user_type
 
-__all__ = ["PostgresTarget", "connect", "declared_type", "read_postgres_rows"]
+__all__ = ["PostgresTarget"]
 
 log = logging.getLogger(__name__)
-
-_DECLARED = {
-    ColumnType.BOOLEAN: "boolean",
-    ColumnType.INT: "integer",
-    ColumnType.LONG: "bigint",
-    ColumnType.DOUBLE: "double precision",
-    ColumnType.DECIMAL: "numeric",
-    ColumnType.STRING: "text",
-    ColumnType.BYTES: "bytea",
-    ColumnType.ANY: "text",  # each value's text form
-}
-
-
-def declared_type(table: TableSchema, column: Column, connector: str) -> str:
-    """The target type of a column: a PostgreSQL source's own type, parsed and re-rendered
-    from the fixed type table (:mod:`~kayak.pipeline.targets.types`), or the value kind's
-    type. :class:`~kayak.pipeline.targets.types.TargetSchemaError` if refused."""
-    if connector == "postgresql" and column.user_type is not None:
-        return pg_user_type(table, column).column_type()
-    if connector == "postgresql" and column.source_type:
-        return pg_column_type(table, column)
-    return _DECLARED[column.type]
-
-
-def _same_type(current: str, wanted: str) -> bool:
-    """Whether a target column of type ``current`` (``format_type``'s text) already is
-    ``wanted``; user-defined types compare by name (``format_type`` leaves out a schema on
-    the search path), other types outside the fixed table as text."""
-    try:
-        return parse_pg_type(current) == parse_pg_type(wanted)
-    except TypeSyntaxError:
-        return _type_name(current) == _type_name(wanted)
-
-
-_NAME_PART = re.compile(r'"(?:[^"]|"")*"|[^".]+')
-
-
-def _type_name(text: str) -> tuple[str, int]:
-    """A type's spelling as (its last name part, unquoted, array dimensions)."""
-    text = text.strip()
-    dimensions = 0
-    while text.endswith("[]"):
-        text, dimensions = text[:-2].rstrip(), dimensions + 1
-    parts = _NAME_PART.findall(text)
-    last = parts[-1] if parts else text
-    if last.startswith('"'):
-        return last[1:-1].replace('""', '"'), dimensions
-    return last.lower(), dimensions
-
-
-def _default_sql(table: TableSchema, column: Column, declared: str) -> sql.Composable | None:
-    """A column's default (the value rows that predate it hold) as a quoted literal cast to
-    its type, or None."""
-    value = column.default
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        value = "NaN"
-    if not isinstance(value, str | int | float | bool | bytes):
-        raise TargetSchemaError(
-            f"table {table.qualified_name!r} column {column.name!r}: default of type "
-            f"{type(value).__name__} is not created"
-        )
-    return sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(declared))
 
 
 # pg_advisory_xact_lock key for kayak's DDL on a target (any fixed bigint: "kayakDDL").
 _DDL_LOCK = 0x6B6179616B44444C
-
-
-def connect(dsn: str) -> psycopg.Connection[Any]:
-    """An autocommit connection with the session settings the PostgreSQL source uses, so
-    values read as text here look exactly like captured ones."""
-    conn = psycopg.connect(dsn, autocommit=True)
-    for name, value in SESSION_SETTINGS.items():
-        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
-    return conn
 
 
 class PostgresTarget:
@@ -180,7 +99,7 @@ class PostgresTarget:
     ) -> dict[str, str] | None:
         # Every type is decided before any DDL runs: a refused column creates nothing.
         types = {c.name: declared_type(table, c, connector) for c in table.columns}
-        defaults = {c.name: _default_sql(table, c, types[c.name]) for c in table.columns}
+        defaults = {c.name: default_sql(table, c, types[c.name]) for c in table.columns}
         user_types = {c.name: pg_user_type(table, c) for c in table.columns
                       if connector == "postgresql" and c.user_type is not None}  # fmt: skip
         schema = table.schema if table.schema != "main" else "public"
@@ -210,7 +129,7 @@ class PostgresTarget:
                 else ("", [], None)  # fmt: skip
             if position and position < stored_position:
                 return older_mapping(table, {c.name for c in existing}, renames, position)
-            evolution = plan(table, existing, types, _same_type, previous)
+            evolution = plan(table, existing, types, same_type, previous)
             self._evolve(table, evolution, types, defaults)
             renames += [Rename(old, new, position) for old, new in evolution.renames]
             self._store_version(table, max(position, stored_position), renames, types)
@@ -250,7 +169,7 @@ class PostgresTarget:
             self._add_labels(wanted, wanted.labels)
         elif wanted.kind == "domain":
             assert wanted.base is not None
-            if not _same_type(base, wanted.base.render()):
+            if not same_type(base, wanted.base.render()):
                 raise refuse(f"as a domain over {base}, the source's is over "
                              f"{wanted.base.render()}")  # fmt: skip
         else:
@@ -298,7 +217,7 @@ class PostgresTarget:
         wanted = [(name, kind.render()) for name, kind in user_type.fields]
         have = [(name, kind) for name, kind in rows]
         same = len(have) <= len(wanted) and all(
-            h[0] == w[0] and _same_type(h[1], w[1]) for h, w in zip(have, wanted, strict=False)
+            h[0] == w[0] and same_type(h[1], w[1]) for h, w in zip(have, wanted, strict=False)
         )
         if not same:
             shown = ", ".join(f"{n} {k}" for n, k in have)
@@ -568,16 +487,6 @@ class PostgresTarget:
         self._conn.close()
 
 
-def _boolean_domain(column: Column) -> bool:
-    user_type = column.user_type
-    return (
-        user_type is not None
-        and user_type.kind == "domain"
-        and not user_type.dimensions
-        and user_type.base in ("boolean", "bool")
-    )
-
-
 def _as_text_forms(table: TableSchema, change: AppliedChange) -> AppliedChange:
     """A change with its ``ANY`` columns' values as the text forms a ``text`` column holds."""
     kinds = {c.name: c.type for c in table.columns}
@@ -591,34 +500,3 @@ def _as_text_forms(table: TableSchema, change: AppliedChange) -> AppliedChange:
     key = converted(change.key)
     assert key is not None
     return AppliedChange(change.op, key, converted(change.after), change.position, change.ts_ms)
-
-
-def read_postgres_rows(
-    conn: psycopg.Connection[Any], table: TableSchema, name: sql.Composable
-) -> list[Row]:
-    """Every row of a table in key order, values in their column types' representation."""
-    # Text output, as the source reads values; booleans as booleans (their ::text is 'true',
-    # not the 't' the type's output function and the replication stream give).
-    cols = sql.SQL(", ").join(
-        sql.SQL(
-            "{}"
-            if c.type is ColumnType.BOOLEAN
-            else "CASE WHEN {} THEN 't' WHEN NOT {} THEN 'f' END"
-            if _boolean_domain(c)
-            else "{}::text"
-        ).format(*[sql.Identifier(c.name)] * (2 if _boolean_domain(c) else 1))
-        for c in table.columns
-    )  # a boolean domain's values as its output function (and the stream) writes them
-    order = sql.SQL(", ").join(sql.Identifier(k) for k in table.key)
-    rows = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY {}").format(cols, name, order))
-    return [
-        {
-            c.name: v
-            if v is None or c.type is ColumnType.BOOLEAN
-            else TextForm(v)
-            if c.type is ColumnType.ANY
-            else decode_value(c.type, v)
-            for c, v in zip(table.columns, row, strict=True)
-        }
-        for row in rows
-    ]
