@@ -235,6 +235,8 @@ CHARTS: dict[str, ChartSpec] = {
              Ratio("kayak (always)", "{}x Kafka", column=r"^kayak / Kafka$"),
              Ratio("kayak (never)", "{}x Kafka", column=r"^kayak / Kafka$")),
             pivot=r"^broker$", log=True,
+            readme_header=("produce", "broker", "records/s", "transactions/s",
+                           "transactional / plain", "kayak / Kafka", "broker CPU µs/record"),
         ),
     )
 }  # fmt: skip

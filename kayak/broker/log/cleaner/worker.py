@@ -28,6 +28,7 @@ _LENGTH = 8
 # Not ``-m``: the package's parents import this module first, which runpy warns about.
 _CHILD = "from kayak.broker.log.cleaner.worker import main; main()"
 _STOP_TIMEOUT = 30.0
+CHILD_NICENESS = 10
 
 
 class CleaningFailed(OSError):
@@ -89,6 +90,8 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Background work: on a machine with few cores the broker's requests come first.
+    os.nice(CHILD_NICENESS)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         header = stdin.read(_LENGTH)
