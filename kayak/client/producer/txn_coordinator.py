@@ -12,6 +12,7 @@ it is abortable or fatal. The versions are the client forms of the first transac
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -127,9 +128,9 @@ class CoordinatorRequests(IdempotenceManager):
         self._coordinator = -1  # node id of the transaction coordinator, -1: look it up
         self._group_coordinators: dict[str, int] = {}
 
+    @abc.abstractmethod
     def _error_for(self, code: int, what: str, message: str | None = None) -> KayakError:
         """The exception for an answer not retried (the transaction manager's verdict)."""
-        raise NotImplementedError
 
     async def _add_partitions_once(
         self, connection: BrokerConnection, version: int, queues: list[PartitionQueue]
