@@ -33,6 +33,7 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 from peers import BrokerProcess, start_kayak
 from result_tables import Table, human, median, times
+from usage import per_operation_us, server_cpu_seconds
 
 CHURN, PROBE = "churn", "probe"
 COMPACTED = {
@@ -56,6 +57,7 @@ class Sample:
     rate: float  # messages/s produced to churn
     latencies_ms: list[float] = field(default_factory=list)  # probe: produce to receipt
     cleaned_up_to: int = 0  # the churn log's cleaner checkpoint at the end
+    cpu_us: float = float("nan")  # broker CPU (with its cleaner process) per churn message
 
     def percentile(self, p: float) -> float:
         if not self.latencies_ms:
@@ -136,20 +138,25 @@ def run_once(settings: Settings, cleaner: bool) -> Sample:
             time.sleep(0.2)
         time.sleep(0.5)
         latencies.clear()
+        cpu_before = server_cpu_seconds(broker.pid)  # the cleaner's worker is a child: counted
         try:
             rate = produce_churn(broker.bootstrap, settings)
+            cpu = server_cpu_seconds(broker.pid) - cpu_before
         finally:
             stop.set()
             thread.join()
-        return Sample(rate, latencies, cleaned_up_to(broker))
+        cpu_us = per_operation_us(cpu, settings.messages)
+        return Sample(rate, latencies, cleaned_up_to(broker), cpu_us)
 
 
 def report(off: list[Sample], on: list[Sample]) -> None:
-    table = Table(["cleaner", "produce msg/s", "probe p50 ms", "probe p99 ms", "cleaned up to"])
+    table = Table(["cleaner", "produce msg/s", "broker CPU µs/msg", "probe p50 ms",
+                   "probe p99 ms", "cleaned up to"])  # fmt: skip
     for name, samples in (("off", off), ("on", on)):
         table.rows.append([
             name,
             human(median([s.rate for s in samples])),
+            f"{median([s.cpu_us for s in samples]):.2f}",
             f"{median([s.percentile(0.5) for s in samples]):.1f}",
             f"{median([s.percentile(0.99) for s in samples]):.1f}",
             str(max(s.cleaned_up_to for s in samples)),
