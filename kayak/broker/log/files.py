@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,9 @@ def write_atomically(path: Path, text: str, durable: bool = True) -> None:
     ``durable=False`` skips the fsyncs, for files the broker can rebuild if a power loss
     takes the new content back (a producer-state snapshot).
     """
-    # The temp name is per process: shards sharing a data directory may write the same file.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    # The temp name is per process and thread: shards sharing a data directory may write the
+    # same file, and so may the log cleaner's thread and the event loop (sealed-segments).
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         if durable:

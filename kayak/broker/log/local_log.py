@@ -47,6 +47,9 @@ class LocalLog:
         self.config = config
         self.files = files  # the bounded cache its segments open their files through
         self.segments: list[Segment] = []
+        # Segments whose replacement by a cleaned copy is being committed: no write of the
+        # sealed-segments record vouches for them (see begin_replacement).
+        self._replacing: list[Segment] = []
 
     @property
     def active(self) -> Segment:
@@ -135,7 +138,7 @@ class LocalLog:
         try:
             sealing.save_indexes()
             sealing.sealed = True
-            write_sealed_segments(self.directory, self.segments)
+            write_sealed_segments(self.directory, self._vouched(self.segments))
             end_record.durable(sealing.next_offset, now=True)
             segment = self.new_segment(sealing.next_offset)  # its dir fsync covers all three
         except OSError as exc:
@@ -212,13 +215,30 @@ class LocalLog:
             return None
         return first
 
+    def begin_replacement(self, old: Sequence[Segment]) -> Callable[[], None]:
+        """Start replacing ``old`` by their cleaned copy: from now until
+        :meth:`end_replacement`, no write of the sealed-segments record vouches for them (a
+        roll meanwhile writes it too). Returns the durable write of the record without them,
+        which must be done before their files change, as blocking work that may run in any
+        thread (a cleaned copy can have the same size as the segment it replaces: a start
+        must check what is there then, not trust stale facts)."""
+        self._replacing.extend(old)
+        write = self._vouched(self.segments[:-1])  # sealed: their facts never change
+        return lambda: write_sealed_segments(self.directory, write, durable=True)
+
+    def end_replacement(self, old: Sequence[Segment]) -> None:
+        """The replacement of ``old`` is over (swapped in, undone or failed)."""
+        self._replacing = [s for s in self._replacing if all(s is not o for o in old)]
+
     def commit_replacement(self, old: Sequence[Segment], commit: Callable[[], None]) -> None:
-        """Put the cleaned copy of ``old`` in place on disk (``commit``). Raises OSError."""
-        # The record of sealed segments stops vouching for ``old`` before their files
-        # change (a start must check what is there then), durably.
-        kept = [s for s in self.segments[:-1] if all(s is not o for o in old)]
-        write_sealed_segments(self.directory, kept, durable=True)
-        commit()
+        """Put the cleaned copy of ``old`` in place on disk (``commit``) after the record of
+        sealed segments stopped vouching for them, all in this thread. Raises OSError."""
+        write_record = self.begin_replacement(old)
+        try:
+            write_record()
+            commit()
+        finally:
+            self.end_replacement(old)
 
     def swap_in(self, first: int, old: Sequence[Segment], facts: SealedFacts) -> Segment:
         """Put the committed copy in the place of ``old`` (at index ``first``) in the list."""
@@ -228,7 +248,11 @@ class LocalLog:
         for segment in old:
             segment.close()  # their files are gone or replaced; open slices keep reading
         try:
-            write_sealed_segments(self.directory, self.segments[:-1])
+            write_sealed_segments(self.directory, self._vouched(self.segments[:-1]))
         except OSError as exc:  # only an optimisation for the next start
             log.warning("%s: sealed segments record not written: %s", self.directory.name, exc)
         return new
+
+    def _vouched(self, sealed: Sequence[Segment]) -> list[Segment]:
+        """``sealed`` but the segments being replaced: what the record may vouch for."""
+        return [s for s in sealed if all(s is not r for r in self._replacing)]

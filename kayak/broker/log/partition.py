@@ -567,24 +567,30 @@ class PartitionLog:
         return sources
 
     def replace_segments(
-        self, old: Sequence[Segment], commit: Callable[[], None], facts: SealedFacts
+        self,
+        old: Sequence[Segment],
+        commit: Callable[[], None],
+        facts: SealedFacts,
+        committed: bool = False,
     ) -> Segment | None:
         """Replace the consecutive sealed segments ``old`` by their cleaned copy: ``commit``
-        puts its files in place (renames and deletions, crash-safe, see ``cleaner.swap``),
-        then the list of segments changes, all on the event loop, so a fetch sees either the
-        old segments or the new one (a fetch still sending from an old file keeps it open).
-
-        None, with nothing done, when ``old`` are no longer the log's segments (retention or
-        DeleteRecords went first). A commit that fails midway takes the partition offline:
-        the next start finishes or undoes it.
-        """
+        puts its files in place (``cleaner.swap``), then the list of segments changes, on the
+        event loop: a fetch sees the old segments or the new one (one still sending from an
+        old file keeps it open). ``committed``: the durable part ran in a thread already
+        (``LocalLog.begin_replacement``, ``swap.commit``) and ``commit`` is the rest. None,
+        with nothing done, when ``old`` are no longer the log's segments (retention or
+        DeleteRecords went first) or it is closed or offline. A commit that fails midway takes
+        the partition offline: the next start finishes or undoes it."""
         if self.offline is not None or self.closed or not old:
             return None
         first = self.local.find_run(old)
         if first is None:
             return None
         try:
-            self.local.commit_replacement(old, commit)
+            if committed:
+                commit()
+            else:
+                self.local.commit_replacement(old, commit)
         except OSError as exc:
             self.take_offline(f"replacing cleaned segments failed: {exc}")
             raise KafkaStorageError(f"{self.directory.name}: cleaning failed: {exc}") from exc

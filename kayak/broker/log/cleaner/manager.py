@@ -14,9 +14,11 @@ A quiet active segment is rolled once older than ``segment.ms`` (or ``max.compac
 when lower), so that records nobody appends after still get compacted.
 
 The cleaning itself (:func:`.rewrite.run_cleaning`) runs in a worker process by default
-(:mod:`.worker`), so that neither its CPU (the GIL) nor its I/O holds up produce and fetch;
-the swap of each cleaned group runs on the event loop (:meth:`PartitionLog.replace_segments`),
-one group at a time between other work.
+(:mod:`.worker`), so that neither its CPU (the GIL) nor its I/O holds up produce and fetch.
+Each cleaned group is then swapped in (:mod:`.swap`), one at a time between other work: its
+durable steps (the sealed-segments record, the commit renames and their fsyncs, and the last
+fsync) in a thread, and only the deletions, renames and the change of the list of segments,
+which fetches must see at once, on the event loop (:meth:`LogCleaner.swap_off_loop`).
 """
 
 from __future__ import annotations
@@ -39,12 +41,19 @@ from kayak.broker.log.cleaner.rewrite import (
     SourceSegment,
     run_cleaning,
 )
-from kayak.broker.log.cleaner.swap import commit_swap, discard_cleaned
+from kayak.broker.log.cleaner.swap import (
+    commit,
+    commit_swap,
+    discard_cleaned,
+    put_in_place,
+    settle,
+    undo,
+)
 from kayak.broker.log.cleaner.worker import WorkerProcess
 from kayak.broker.log.files import write_atomically
 from kayak.broker.log.partition import PartitionLog
 from kayak.broker.log.segment import SealedFacts, Segment
-from kayak.errors import KafkaError
+from kayak.errors import KafkaError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +251,8 @@ class LogCleaner:
     # -- cleaning ---------------------------------------------------------------------------
 
     async def clean(self, plog: PartitionLog, now_ms: int | None = None) -> CleaningResult | None:
-        """Clean ``plog`` now: the rewrite in the worker, each swap on the event loop."""
+        """Clean ``plog`` now: the rewrite in the worker, then each group swapped in
+        (:meth:`swap_off_loop`; the ``inline`` executor does it all in this thread)."""
         job = self.plan(plog, now_ms)
         if job is None:
             return None
@@ -261,7 +271,7 @@ class LogCleaner:
         swapped = 0
         for i, group in enumerate(result.groups):
             try:
-                swapped += self._swap_or_discard(plog, group)
+                swapped += await self._swap_off_loop_or_discard(plog, group)
                 await asyncio.sleep(0)  # one swap at a time between requests
             except BaseException:
                 for rest in result.groups[i + 1 :]:
@@ -279,7 +289,7 @@ class LogCleaner:
     def finish(
         self, plog: PartitionLog, job: CleaningJob, result: CleaningResult
     ) -> CleaningResult:
-        """Swap each cleaned group in (on the event loop), then move the checkpoint."""
+        """Swap each cleaned group in (all in this thread), then move the checkpoint."""
         swapped = 0
         for i, group in enumerate(result.groups):
             try:
@@ -321,26 +331,135 @@ class LogCleaner:
         return 0
 
     def _swap(self, plog: PartitionLog, group: CleanedGroup) -> bool:
-        old: list[Segment] = []
-        for base in group.sources:
-            segment = next((s for s in plog.segments if s.base_offset == base), None)
-            if segment is None:
-                return False
-            old.append(segment)
-        if old[-1].next_offset != group.next_offset:
+        old = _replaced(plog, group)
+        if old is None:
             return False
-        facts = SealedFacts(group.size, group.next_offset, group.max_timestamp)
-        new = plog.replace_segments(old, lambda: commit_swap(plog.directory, group), facts)
+        new = plog.replace_segments(old, lambda: commit_swap(plog.directory, group), _facts(group))
         return new is not None
+
+    async def _swap_off_loop_or_discard(self, plog: PartitionLog, group: CleanedGroup) -> int:
+        """:meth:`swap_off_loop`, as :meth:`_swap_or_discard`."""
+        try:
+            if await self.swap_off_loop(plog, group):
+                return 1
+        except BaseException:
+            discard_cleaned(plog.directory, group)
+            raise
+        discard_cleaned(plog.directory, group)
+        return 0
+
+    async def swap_off_loop(self, plog: PartitionLog, group: CleanedGroup) -> bool:
+        """Swap ``group`` in with nothing that waits on the disk done on the event loop;
+        whether it was (False: the log changed under it first).
+
+        In a thread: the sealed-segments record durably stops vouching for the replaced
+        segments (:meth:`LocalLog.begin_replacement`, which keeps every other write of it
+        from vouching for them meanwhile, a roll's), then :func:`.swap.commit` commits the
+        replacement; neither touches the replaced segments' files, which fetches go on
+        reading. Back on the loop, the log is looked at again, since retention, DeleteRecords
+        or a close may have run meanwhile: if it still has those segments, the files are put
+        in place and the list changes (:meth:`PartitionLog.replace_segments`), no fetch in
+        between; if not, the commit is taken back (:func:`.swap.undo`: the replaced
+        segments' files are untouched, so the log as it now is stays what is on disk). A
+        crash at any point in between leaves ``B.log.swap`` (a start finishes the
+        replacement, consistent with any log start retention moved meanwhile) or not (a
+        start undoes it). Then, in the thread again, :func:`.swap.settle` makes it durable.
+
+        Cancelled meanwhile (the broker stops), it still waits for the thread and finishes
+        or undoes as above before it raises: the files must not change after the log is
+        closed. A storage error takes the partition offline (the next start finishes or
+        undoes the replacement) and raises KAFKA_STORAGE_ERROR.
+        """
+        old = _replaced(plog, group)
+        if old is None or plog.offline is not None or plog.closed:
+            return False
+        if plog.local.find_run(old) is None:
+            return False
+        directory = plog.directory
+        steps = _ThreadSteps(plog, self._executor())
+        write_record = plog.local.begin_replacement(old)
+        try:
+            try:
+                await steps.run(_commit_durably, write_record, directory, group)
+                new = plog.replace_segments(
+                    old, lambda: put_in_place(directory, group), _facts(group), committed=True
+                )
+            finally:
+                plog.local.end_replacement(old)
+            if new is None:
+                log.info("%s: the log changed while segments %d to %d were being replaced by "
+                         "their cleaned copy: taken back", directory.name, group.base,
+                         group.next_offset - 1)  # fmt: skip
+            await steps.run(settle if new is not None else undo, directory, group)
+        except KafkaStorageError:
+            steps.raise_cancelled()  # the broker is stopping: that comes first
+            raise
+        steps.raise_cancelled()
+        return new is not None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="kayak-cleaner")
+        return self._thread
 
     async def _run_job(self, job: CleaningJob) -> CleaningResult:
         if self.config.executor == "process":
             if self._process is None:
                 self._process = WorkerProcess()
             return await self._process.run(job)
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="kayak-cleaner")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, run_cleaning, job)
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), run_cleaning, job)
+
+
+class _ThreadSteps:
+    """Runs a swap's blocking steps in the cleaner's thread, each waited for to its end even
+    through a cancellation, which is kept to be raised once the swap is consistent again."""
+
+    def __init__(self, plog: PartitionLog, executor: ThreadPoolExecutor) -> None:
+        self.plog = plog
+        self.executor = executor
+        self.cancelled: asyncio.CancelledError | None = None
+
+    async def run(self, step: Callable[..., None], *args: object) -> None:
+        """``step(*args)`` in the thread; an OSError takes the partition offline and raises
+        KAFKA_STORAGE_ERROR."""
+        running = asyncio.get_running_loop().run_in_executor(self.executor, step, *args)
+        while True:
+            try:
+                await asyncio.shield(running)
+                return
+            except asyncio.CancelledError as exc:
+                if running.cancelled():
+                    raise  # the executor was shut down under it
+                self.cancelled = self.cancelled or exc
+            except OSError as exc:
+                self.plog.take_offline(f"replacing cleaned segments failed: {exc}")
+                name = self.plog.directory.name
+                raise KafkaStorageError(f"{name}: cleaning failed: {exc}") from exc
+
+    def raise_cancelled(self) -> None:
+        if self.cancelled is not None:
+            raise self.cancelled
+
+
+def _replaced(plog: PartitionLog, group: CleanedGroup) -> list[Segment] | None:
+    """The log's segments ``group`` replaces; None if they are no longer all there."""
+    old: list[Segment] = []
+    for base in group.sources:
+        segment = next((s for s in plog.segments if s.base_offset == base), None)
+        if segment is None:
+            return None
+        old.append(segment)
+    return old if old[-1].next_offset == group.next_offset else None
+
+
+def _facts(group: CleanedGroup) -> SealedFacts:
+    return SealedFacts(group.size, group.next_offset, group.max_timestamp)
+
+
+def _commit_durably(write_record: Callable[[], None], directory: Path, group: CleanedGroup) -> None:
+    """The part of a swap that runs in the cleaner's thread before the loop looks again."""
+    write_record()
+    commit(directory, group)
 
 
 def _first_timestamp(segment: Segment) -> int:
