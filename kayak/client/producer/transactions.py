@@ -461,9 +461,18 @@ class TransactionManager(CoordinatorRequests):
                 attempt += 1
                 continue
             except KayakError as exc:
-                if self._fatal is None and self._abortable is None:
-                    self._become_abortable(exc)
-                return
+                if not getattr(exc, "retriable", False):
+                    if self._fatal is None and self._abortable is None:
+                        self._become_abortable(exc)
+                    return
+                # The coordinator cannot be reached (a broker restarting): find it again and
+                # retry, as Java's transaction manager does. The batches waiting for this add
+                # still expire after delivery.timeout.ms, which fails the transaction then.
+                self._coordinator = -1
+                log.debug("AddPartitionsToTxn: %s; retrying", exc)
+                await asyncio.sleep(self.backoff_delay(attempt))
+                attempt += 1
+                continue
             except OSError as exc:
                 self._coordinator = -1
                 log.debug("AddPartitionsToTxn: %s", exc)
