@@ -7,6 +7,9 @@ group to be acknowledged before the next (``flush``, or awaiting the group's fut
 every row is "messages/s with 1,000 messages in flight at most". Clients:
 
 * ``kayak send``: ``await producer.send(...)`` per message, then ``await producer.flush()``;
+* ``kayak produce``: ``producer.produce(..., on_delivery=callback)`` per message (a plain call:
+  no future, no coroutine; the callback gets each record's offset, as confluent-kafka's delivery
+  callbacks do), then ``await producer.flush()``;
 * ``kayak send_batch``: ``await (await producer.send_batch(topic, group))``;
 * ``confluent-kafka``: ``produce()`` per message, then ``flush()`` (librdkafka 2.x);
 * ``Java producer``: Kafka 4.3's ``KafkaProducer.send(record, callback)`` per message (a
@@ -43,9 +46,9 @@ same run, in an order rotated from run to run. Reports medians of ``--runs`` run
 with the min-max spread, and each client's msg/s over confluent-kafka's and the Java client's,
 paired within each run so that noise hitting a whole run (the machine is shared) cancels out.
 
-``--profile`` splits the CPU time of kayak's per-message ``send`` into the send loop and the
-flush, shows cProfile's top functions, and times the parts any asyncio producer pays per
-message (a coroutine call, a future, a clock read, a result).
+``--profile`` splits the CPU time of kayak's per-message ``send`` and ``produce`` into the
+loop and the flush, shows cProfile's top functions, and times the parts any asyncio producer
+pays per message (a coroutine call, a future, a clock read, a result).
 
 Run: ``python bench/produce.py`` (about 10 minutes), ``--quick`` for a smoke test,
 ``--markdown`` for the README, ``--plot docs/bench/client_produce.svg`` for its chart.
@@ -83,10 +86,12 @@ from jvm_clients import PRODUCER, java_client_command
 
 SIZES = (10, 100, 1000)
 CLIENTS = (
-    "kayak-send", "kayak-send_batch", "confluent-kafka", "java", "aiokafka", "kafka-python",
+    "kayak-send", "kayak-produce", "kayak-send_batch", "confluent-kafka", "java", "aiokafka",
+    "kafka-python",
 )  # fmt: skip
 LABELS = {
     "kayak-send": "kayak send",
+    "kayak-produce": "kayak produce",
     "kayak-send_batch": "kayak send_batch",
     "confluent-kafka": "confluent-kafka",
     "java": "Java producer",
@@ -275,7 +280,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one short run: a smoke test")
     parser.add_argument("--markdown", action="store_true")
     add_plot_option(parser)
-    parser.add_argument("--profile", action="store_true", help="cProfile kayak's send")
+    parser.add_argument("--profile", action="store_true", help="cProfile kayak's send, produce")
     parser.add_argument("--data-root", type=Path, default=Path("/tmp"))
     # Child-process mode (internal).
     parser.add_argument("--child", help=argparse.SUPPRESS)

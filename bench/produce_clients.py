@@ -1,5 +1,6 @@
 """bench/produce.py's Python clients, each run in a child process of its own (``produce.py
---child CLIENT``): kayak's producer (``send`` per message, or ``send_batch``), confluent-kafka,
+--child CLIENT``): kayak's producer (``send`` or ``produce`` per message, or ``send_batch``),
+confluent-kafka,
 aiokafka and kafka-python, each sending groups of 1,000 values and waiting for each group to be
 acknowledged; and the settings every client is tuned with (the Java client's too).
 
@@ -69,12 +70,20 @@ def _timed(run_groups: Callable[[], None], groups: list[list[bytes]]) -> None:
 
 
 def bench_kayak(
-    bootstrap: str, topic: str, messages: int, size: int, compression: str, bulk: bool
+    bootstrap: str, topic: str, messages: int, size: int, compression: str, mode: str
 ) -> None:
+    """``mode``: ``send`` (await send() per message), ``produce`` (produce() with a delivery
+    callback per message, which notes the offset as a delivery report would), ``send_batch``."""
     sys.path.insert(0, str(REPO))
     from kayak.client.producer import Producer
 
     groups = value_groups(messages, size)
+    delivered: list[int] = []
+
+    def on_delivery(error: BaseException | None, metadata: Any) -> None:
+        if error is not None:
+            raise error
+        delivered.append(metadata.offset)
 
     async def main() -> None:
         config = {
@@ -89,9 +98,17 @@ def bench_kayak(
             await (await producer.send_batch(topic, groups[0]))  # connect, metadata, warm-up
             child_ready()
             start = time.perf_counter()
-            if bulk:
+            if mode == "send_batch":
                 for group in groups:
                     await (await producer.send_batch(topic, group))
+            elif mode == "produce":
+                produce, flush = producer.produce, producer.flush
+                for group in groups:
+                    for value in group:
+                        produce(topic, value, on_delivery=on_delivery)
+                    await flush()
+                if len(delivered) != len(groups) * GROUP or delivered[-1] < 0:
+                    raise RuntimeError(f"{len(delivered)} delivery reports, not {messages}")
             else:
                 send = producer.send
                 for group in groups:
@@ -204,10 +221,8 @@ def bench_kafka_python(
 def child_main(args: argparse.Namespace) -> None:
     client, bootstrap, topic = args.child, args.bootstrap, args.topic
     common = (bootstrap, topic, args.messages, args.size, args.compression)
-    if client == "kayak-send":
-        bench_kayak(*common, bulk=False)
-    elif client == "kayak-send_batch":
-        bench_kayak(*common, bulk=True)
+    if client.startswith("kayak-"):
+        bench_kayak(*common, mode=client.removeprefix("kayak-"))
     elif client == "confluent-kafka":
         bench_confluent(*common)
     elif client == "aiokafka":

@@ -17,11 +17,13 @@ from result_tables import median
 
 
 def profile_send(bootstrap: str, messages: int, size: int) -> None:
-    """Where a message's time goes in kayak's per-message send loop.
+    """Where a message's time goes in kayak's per-message loops: ``await send(...)``, and
+    ``produce(..., on_delivery=callback)`` (no future, no coroutine per record).
 
-    Prints the CPU per message of the send loop and of the flush (encode, request, answer,
-    futures), measured without a profiler; then cProfile's top functions; then what the parts
-    no producer can avoid cost on this machine (a coroutine call, a future, a clock read).
+    Prints, for each, the CPU per message of the loop and of the flush (encode, request,
+    answer, futures or callbacks), measured without a profiler; then cProfile's top functions;
+    then what the parts no producer can avoid cost on this machine (a coroutine call, a
+    future, a clock read).
     """
     sys.path.insert(0, str(REPO))
     import uvloop
@@ -31,36 +33,50 @@ def profile_send(bootstrap: str, messages: int, size: int) -> None:
     topic = "bench-profile"
     create_topic(bootstrap, topic)
     groups = value_groups(messages, size)
+    delivered: list[int] = []
 
-    async def phases(producer: Producer) -> tuple[list[float], list[float]]:
+    def on_delivery(error: BaseException | None, metadata: RecordMetadata) -> None:
+        delivered.append(metadata.offset)  # what a delivery report does at least: look at it
+
+    async def phases(producer: Producer, mode: str) -> tuple[list[float], list[float]]:
         sending: list[float] = []
         flushing: list[float] = []
+        send, produce = producer.send, producer.produce
         for group in groups:
             start = time.process_time()
-            for value in group:
-                await producer.send(topic, value)
+            if mode == "send":
+                for value in group:
+                    await send(topic, value)
+            else:
+                for value in group:
+                    produce(topic, value, on_delivery=on_delivery)
             middle = time.process_time()
             await producer.flush()
             sending.append((middle - start) / GROUP)
             flushing.append((time.process_time() - middle) / GROUP)
+        delivered.clear()
         return sending, flushing
 
     async def main() -> None:
         config = {"bootstrap.servers": bootstrap, "acks": 1, "batch.size": BATCH_BYTES}
         async with Producer(config) as producer:
             await (await producer.send_batch(topic, groups[0]))
-            sending, flushing = await phases(producer)
-            print(f"kayak send, {size} B values, groups of {GROUP}, CPU per message (median):")
-            print(f"  send() loop: {median(sending) * 1e6:.2f} µs")
-            print(f"  flush (encode, request, answer, futures): {median(flushing) * 1e6:.2f} µs")
-            profiler = cProfile.Profile()
-            profiler.enable()
-            await phases(producer)
-            profiler.disable()
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
-            print("\ncProfile (inflates Python calls), by own time:")
-            print(text.getvalue().split("\n\n", 1)[-1].rstrip())
+            for mode, loop in (("send", "await send()"), ("produce", "produce(on_delivery=)")):
+                sending, flushing = await phases(producer, mode)
+                print(f"kayak {mode}, {size} B values, groups of {GROUP}, CPU per message "
+                      "(median):")  # fmt: skip
+                print(f"  {loop} loop: {median(sending) * 1e6:.2f} µs")
+                print(
+                    f"  flush (encode, request, answer, reports): {median(flushing) * 1e6:.2f} µs"
+                )
+                profiler = cProfile.Profile()
+                profiler.enable()
+                await phases(producer, mode)
+                profiler.disable()
+                text = io.StringIO()
+                pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+                print(f"\ncProfile of {mode} (inflates Python calls), by own time:")
+                print(text.getvalue().split("\n\n", 1)[-1].rstrip() + "\n")
             await _floor(RecordMetadata)
 
     uvloop.run(main())

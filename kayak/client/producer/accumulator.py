@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from kayak.client.producer.batch import (
     RECORD_MEMORY_OVERHEAD,
     BulkSend,
+    DeliveryQueue,
     HeaderList,
     PartitionQueue,
     ProducerBatch,
@@ -151,6 +152,9 @@ class RecordAccumulator:
         self.closing = False
         self.aborted = False  # close() gave up on what was left: stop retrying, stop logging
         self.in_flight_batches = 0
+        # Set by a caller that runs produce()'s callbacks in a thread of its own (the sync
+        # facade): reports go there instead of being called on the event loop.
+        self.delivery_queue: DeliveryQueue | None = None
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -209,7 +213,7 @@ class RecordAccumulator:
         batch.values = values  # type: ignore[assignment]  # read-only from here on
         batch.keys = keys  # type: ignore[assignment]
         batch.headers = headers  # type: ignore[assignment]
-        batch.futures = None
+        batch.reports = None
         batch.record_count = len(values)
         batch.size = size
         batch.bulk_charge = size
@@ -298,14 +302,14 @@ class RecordAccumulator:
             queue.acked_bytes += len(batch.records)
         if base_offset >= 0:
             queue.end_offset = base_offset + batch.record_count
-        batch.succeed(base_offset, log_append_time)
+        batch.succeed(base_offset, log_append_time, self.delivery_queue)
         self._forget(batch)
 
     def fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.done:
             return
         self._on_batch_failed(batch, error)
-        batch.fail(error)
+        batch.fail(error, self.delivery_queue)
         self._forget(batch)
 
     def _forget(self, batch: ProducerBatch) -> None:

@@ -8,11 +8,13 @@ These are the data the :mod:`~kayak.client.producer.accumulator` gathers records
 from __future__ import annotations
 
 import asyncio
+import logging
+import operator
 import struct
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import crc32c
 
@@ -25,9 +27,15 @@ from kayak.client.producer.record_metadata import (
 from kayak.protocol.records import BATCH_HEADER_SIZE, Codec, build_record_batch
 from kayak.protocol.records.record import ATTRIBUTES_POS, CRC_POS, NO_SEQUENCE
 
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "CALLBACK",
+    "FUTURE",
     "RECORD_MEMORY_OVERHEAD",
     "BulkSend",
+    "DeliveryCallback",
+    "DeliveryQueue",
     "HeaderList",
     "PartitionQueue",
     "ProducerBatch",
@@ -36,8 +44,9 @@ __all__ = [
 ]
 
 RECORD_MEMORY_OVERHEAD = 120
-"""Bytes charged to ``buffer.memory`` per record sent with ``send``, for its future and the
-slots that hold it until the batch is encoded, so that the bound holds for tiny records too."""
+"""Bytes charged to ``buffer.memory`` per record of ``send`` or ``produce``, for its future
+(or callback reference) and the slots that hold it until the batch is encoded, so that the
+bound holds for tiny records too."""
 
 # Where the idempotence fields sit in a v2 batch: producer id, producer epoch, base sequence.
 _PRODUCER_STATE_POS = 43
@@ -45,6 +54,17 @@ _PRODUCER_STATE = struct.Struct(">qhi")
 
 Value = bytes | bytearray | memoryview | None
 HeaderList = Sequence[tuple[str, bytes | None]]
+
+DeliveryCallback: TypeAlias = Callable[[BaseException | None, RecordMetadata], object]
+"""``produce``'s ``on_delivery(error, metadata)``: ``error`` None when stored; on failure,
+``metadata`` still names the topic and partition, with offset -1."""
+DeliveryQueue: TypeAlias = deque[tuple[DeliveryCallback, BaseException | None, RecordMetadata]]
+"""Where a batch puts its delivery reports instead of calling them, for a caller that runs
+them in its own thread (the sync facade's ``poll``)."""
+
+# What a batch holds per record to report delivery through (``ProducerBatch.report_kinds``).
+FUTURE = 1  # ``send``: an asyncio future to resolve
+CALLBACK = 2  # ``produce``: an ``on_delivery`` callable
 
 
 class SenderHandle(Protocol):
@@ -109,7 +129,6 @@ class ProducerBatch:
         "created_at",
         "deadline",
         "done",
-        "futures",
         "headers",
         "in_flight",
         "keys",
@@ -122,6 +141,9 @@ class ProducerBatch:
         "queue",
         "record_count",
         "records",
+        "report_kinds",
+        "report_positions",
+        "reports",
         "retry_at",
         "size",
         "timestamp",
@@ -143,7 +165,12 @@ class ProducerBatch:
         # Record timestamps: ``timestamp`` for all of them, until one differs; then one each.
         self.timestamps: list[int] | None = None
         self.timestamp = timestamp
-        self.futures: list[asyncio.Future[RecordMetadata]] | None = []
+        # What reports each record's delivery: a future (send) or a callback (produce), one
+        # per record while ``report_positions`` is None; once a record comes without one,
+        # ``report_positions`` says which record each report belongs to.
+        self.reports: list[asyncio.Future[RecordMetadata] | DeliveryCallback] | None = []
+        self.report_positions: list[int] | None = None
+        self.report_kinds = 0  # FUTURE | CALLBACK: which kinds ``reports`` holds
         self.bulk: BulkSend | None = None
         self.positions: range | list[int] = range(0)
         self.record_count = 0
@@ -245,62 +272,72 @@ class ProducerBatch:
         self.done = True
         # Let go of everything: futures nobody else holds die now, not with the batch.
         self.values, self.keys, self.headers, self.records = [], None, None, None
-        self.futures, self.timestamps = None, None
+        self.reports, self.report_positions, self.timestamps = None, None, None
         for waiter in self.waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
-    def succeed(self, base_offset: int, log_append_time: int) -> None:
-        """Resolve every record's future (offsets from ``base_offset``; -1 if unknown)."""
-        topic, partition = self.queue.topic, self.queue.partition
-        futures = self.futures
-        if futures:
-            count = len(futures)
-            if base_offset >= 0:
-                offsets: Iterable[int] = range(base_offset, base_offset + count)
+    def succeed(
+        self, base_offset: int, log_append_time: int, queue: DeliveryQueue | None = None
+    ) -> None:
+        """Report every record stored: resolve its future or call its callback (offsets from
+        ``base_offset``; -1 if unknown). With a ``queue``, callbacks go there, not called."""
+        reports = self.reports
+        if reports:
+            metadata = self._metadata(len(reports), base_offset, log_append_time)
+            kinds = self.report_kinds
+            if kinds == FUTURE:
+                # One RecordMetadata and one set_result per record, both looped in C.
+                _run_all(map(_set_result, reports, metadata))  # type: ignore[arg-type]
+            elif kinds == CALLBACK and queue is not None:
+                queue.extend(zip(reports, repeat(None), metadata))  # type: ignore[arg-type]
+            elif kinds == CALLBACK:
+                # One RecordMetadata and one call per record, looped in C: the callbacks'
+                # own Python is all that runs per record.
+                _run_all(map(_call, reports, repeat(None), metadata))  # type: ignore[arg-type]
             else:
-                offsets = repeat(UNKNOWN_OFFSET, count)
-            # One RecordMetadata and one set_result per record, both looped in C.
-            metadata = map(
-                _new_tuple,
-                repeat(RecordMetadata),
-                zip(
-                    repeat(topic),
-                    repeat(partition),
-                    offsets,
-                    self._record_timestamps(count, log_append_time),
-                ),
-            )
-            try:
-                _exhaust(map(_set_result, futures, metadata))
-            except asyncio.InvalidStateError:  # a caller cancelled a future: go one by one
-                _resolve_remaining(
-                    futures,
-                    topic,
-                    partition,
-                    base_offset,
-                    self._record_timestamps(count, log_append_time),
-                )
+                _run_all(map(_report, reports, repeat(None), metadata, repeat(queue)))
         if self.bulk is not None:
             timestamp = log_append_time if log_append_time >= 0 else self.timestamp
-            self.bulk.batch_stored(StoredRun(self.positions, partition, base_offset, timestamp))
+            self.bulk.batch_stored(
+                StoredRun(self.positions, self.queue.partition, base_offset, timestamp)
+            )
         self._finish()
 
-    def _record_timestamps(self, count: int, log_append_time: int) -> Iterable[int]:
+    def _metadata(
+        self, count: int, base_offset: int, log_append_time: int
+    ) -> Iterator[RecordMetadata]:
+        """The ``RecordMetadata`` of each record that has a report, made as they are read."""
+        positions = self.report_positions
+        offsets: Iterable[int]
+        if base_offset < 0:
+            offsets = repeat(UNKNOWN_OFFSET, count)
+        elif positions is None:
+            offsets = range(base_offset, base_offset + count)
+        else:
+            offsets = map(operator.add, positions, repeat(base_offset))
+        timestamps: Iterable[int]
         if log_append_time >= 0:
-            return repeat(log_append_time, count)
-        if self.timestamps is not None:
-            return self.timestamps
-        return repeat(self.timestamp, count)
+            timestamps = repeat(log_append_time, count)
+        elif self.timestamps is None:
+            timestamps = repeat(self.timestamp, count)
+        elif positions is None:
+            timestamps = self.timestamps
+        else:
+            timestamps = map(self.timestamps.__getitem__, positions)
+        topic, partition = self.queue.topic, self.queue.partition
+        return map(
+            _new_tuple,
+            repeat(RecordMetadata),
+            zip(repeat(topic), repeat(partition), offsets, timestamps),
+        )
 
-    def fail(self, error: BaseException) -> None:
-        """Fail every record's future with ``error``."""
-        for future in self.futures or ():
-            if not future.done():
-                future.set_exception(error)
-                # Callers who never look would each get a "never retrieved" log line; the
-                # failure is logged once per batch instead.
-                future.exception()
+    def fail(self, error: BaseException, queue: DeliveryQueue | None = None) -> None:
+        """Report every record failed with ``error`` (callbacks get offset -1)."""
+        reports = self.reports
+        if reports:
+            metadata = self._metadata(len(reports), UNKNOWN_OFFSET, -1)
+            _run_all(map(_report, reports, repeat(error), metadata, repeat(queue)))
         if self.bulk is not None:
             self.bulk.batch_failed(error)
         self._finish()
@@ -308,21 +345,46 @@ class ProducerBatch:
 
 _new_tuple = tuple.__new__
 _set_result = asyncio.Future.set_result
+_call = operator.call
 _sink: deque[object] = deque(maxlen=0)
 _exhaust = _sink.extend  # runs an iterator to its end in C, keeping nothing
 
 
-def _resolve_remaining(
-    futures: list[asyncio.Future[RecordMetadata]],
-    topic: str,
-    partition: int,
-    base_offset: int,
-    timestamps: Iterable[int],
+def _run_all(calls: Iterator[object]) -> None:
+    """Run every call of ``calls``; one that raises is logged and the rest still run (a map
+    goes on past an item whose function raised)."""
+    while True:
+        try:
+            _exhaust(calls)
+        except asyncio.InvalidStateError:
+            pass  # a caller cancelled its send() future: nothing to tell it
+        except Exception:
+            log.exception("a delivery callback raised (the other records are still reported)")
+        else:
+            return
+
+
+def _report(
+    report: asyncio.Future[RecordMetadata] | DeliveryCallback,
+    error: BaseException | None,
+    metadata: RecordMetadata,
+    queue: DeliveryQueue | None,
 ) -> None:
-    for index, (future, timestamp) in enumerate(zip(futures, timestamps, strict=False)):
-        if not future.done():
-            offset = base_offset + index if base_offset >= 0 else UNKNOWN_OFFSET
-            future.set_result(RecordMetadata(topic, partition, offset, timestamp))
+    """One record's report, whatever its kind (failures, and batches of send and produce)."""
+    if isinstance(report, asyncio.Future):
+        if report.done():
+            return
+        if error is None:
+            report.set_result(metadata)
+        else:
+            report.set_exception(error)
+            # Callers who never look would each get a "never retrieved" log line; the
+            # failure is logged once per batch instead.
+            report.exception()
+    elif queue is not None:
+        queue.append((report, error, metadata))
+    else:
+        report(error, metadata)
 
 
 def _restamp(records: bytes | bytearray, producer_id: int, epoch: int, sequence: int) -> bytearray:

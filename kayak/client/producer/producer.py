@@ -12,6 +12,12 @@
 The future it returns resolves to a :class:`RecordMetadata` when the broker has stored the
 record (``acks``), or fails with the ``kayak.errors`` exception that stopped it.
 
+``produce`` is ``send`` without a future or a coroutine per record: a plain call whose
+``on_delivery(error, metadata)`` callback runs when the record's batch completes (see
+:mod:`~kayak.client.producer.append`; it raises ``BufferFullError`` rather than wait)::
+
+    producer.produce("events", b"value", on_delivery=lambda error, metadata: ...)
+
 ``send_batch`` takes a whole list of values and encodes each partition's share in one pass;
 one future resolves to the metadata of all of them, in order.
 
@@ -42,8 +48,15 @@ from kayak.client.config import ProducerConfig
 from kayak.client.connection import BrokerConnection
 from kayak.client.partitioner import Partitioner
 from kayak.client.producer.accumulator import RECORD_OVERHEAD, BufferMemory, RecordAccumulator
-from kayak.client.producer.batch import RECORD_MEMORY_OVERHEAD, HeaderList, ProducerBatch, Value
-from kayak.client.producer.errors import ProducerClosedError
+from kayak.client.producer.append import RecordAppender
+from kayak.client.producer.batch import (
+    FUTURE,
+    RECORD_MEMORY_OVERHEAD,
+    HeaderList,
+    ProducerBatch,
+    Value,
+)
+from kayak.client.producer.errors import BufferFullError, ProducerClosedError
 from kayak.client.producer.idempotence import IdempotenceManager
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
 from kayak.client.producer.record_sizes import Headers, measure, too_large
@@ -71,7 +84,7 @@ from kayak.protocol.records.builder import now_ms
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Headers", "Producer", "ProducerClosedError"]
+__all__ = ["BufferFullError", "Headers", "Producer", "ProducerClosedError"]
 
 _CODECS = {
     "none": Codec.NONE,
@@ -88,7 +101,7 @@ the producer's own senders and ``linger.ms`` timers included. (More often costs 
 each turn of the loop is a few microseconds.)"""
 
 
-class Producer:
+class Producer(RecordAppender):
     """An asyncio Kafka producer: batching, compression, retries, idempotence.
 
     ``config`` maps Kafka producer property names to values; keyword arguments take the same
@@ -134,6 +147,8 @@ class Producer:
         self._sender: Sender
         self._bulk: BulkEnqueuer
         self._topics: dict[str, TopicState] = {}
+        self._waiting = {}  # produce()d records by topic, waiting for its metadata
+        self._waiting_tasks = set()
         self._idempotence: IdempotenceManager | None = None
         self._transaction: TransactionManager | None = None
         self._loop: asyncio.AbstractEventLoop
@@ -260,6 +275,13 @@ class Producer:
         Raises ``KafkaTimeoutError`` if that takes longer than ``timeout`` seconds.
         """
         self._require_started()
+        if self._waiting_tasks:  # produce()d records waiting for their topic's metadata
+            try:
+                await asyncio.wait_for(self._wait_for_waiting_topics(), timeout)
+            except TimeoutError:
+                raise KafkaTimeoutError(
+                    f"flush: records still wait for their topic's metadata after {timeout:g} s"
+                ) from None
         waiters = self._accumulator.waiters()
         if not waiters:
             return
@@ -377,6 +399,7 @@ class Producer:
         except KafkaTimeoutError:
             self._abort_undelivered(timeout)
         finally:
+            self._abandon_waiting(ProducerClosedError("the producer was closed"))
             self._memory_waiters_fail(ProducerClosedError("the producer was closed"))
             if self._reporter is not None:
                 await self._reporter.stop()
@@ -431,6 +454,10 @@ class Producer:
         self._require_started()
         if self._closed:
             raise ProducerClosedError("the producer is closed")
+        return await self._fetch_topic_state(topic)
+
+    async def _fetch_topic_state(self, topic: str) -> TopicState:
+        """``topic``'s state, waiting up to ``max.block.ms`` for its metadata the first time."""
         state = self._topics.get(topic)
         if state is not None:
             return state
@@ -465,8 +492,10 @@ class Producer:
         if self._transaction is not None:
             self._transaction.check_can_send()
         state = self._topics.get(topic)
-        if state is None or self._closed:
+        if state is None or self._closed or self._waiting:
             state = await self._topic_state(topic)
+            if topic in self._waiting:  # produce()d records go first: wait for their metadata
+                await self._wait_for_waiting_topics()
         key_bytes: bytes | None = None
         header_list: HeaderList | None = None
         if type(value) is bytes and key is None and not headers:
@@ -484,33 +513,16 @@ class Producer:
         else:
             memory.used += charge
 
-        chosen = partition is None
-        if partition is None:
-            partition = state.sticky if key_bytes is None else -1
-            if partition < 0:
-                partition = self._choose_partition(state, key_bytes)
-        elif not 0 <= partition < state.partition_count:
+        if partition is not None and not 0 <= partition < state.partition_count:
             memory.release(charge)
             raise ValueError(
                 f"partition {partition} of {topic!r} does not exist: it has "
                 f"{state.partition_count} partitions"
             )
-        batch = state.queues[partition].open
-        if batch is None or (batch.size + size > self._batch_size and batch.record_count):
-            batch = self._batch_with_room(state, partition, key_bytes, chosen, size, timestamp)
-        # ProducerBatch.append, inlined: this runs once per record.
         future: asyncio.Future[RecordMetadata] = self._create_future()
-        batch.futures.append(future)  # type: ignore[union-attr]  # send batches have lists
-        batch.values.append(value)
-        stamps = batch.timestamps
-        if stamps is not None:
-            stamps.append(timestamp)
-        elif timestamp != batch.timestamp:
-            batch.timestamps = [batch.timestamp] * batch.record_count + [timestamp]
-        if key_bytes is not None or header_list or not batch.plain:
-            batch.add_key_and_headers(key_bytes, header_list)
-        batch.record_count += 1
-        batch.size += size  # the memory charged follows from it: see ProducerBatch.charge
+        self._append(
+            state, value, key_bytes, header_list, partition, timestamp, size, future, FUTURE
+        )
         self._unyielded += 1
         if self._unyielded >= YIELD_EVERY:
             # A loop that only awaits send() never suspends: let the senders (and the rest
@@ -518,35 +530,6 @@ class Producer:
             self._unyielded = 0
             await asyncio.sleep(0)
         return future
-
-    def _choose_partition(self, state: TopicState, key: bytes | None) -> int:
-        partition = self._partitioner(state.name, key, state.partition_count, state.available)
-        if key is None and self._sticky_without_key:
-            # The partitioner gives keyless records this partition until on_new_batch: skip
-            # asking it for every record.
-            state.sticky = partition
-        return partition
-
-    def _batch_with_room(
-        self,
-        state: TopicState,
-        partition: int,
-        key: bytes | None,
-        chosen: bool,
-        size: int,
-        timestamp: int,
-    ) -> ProducerBatch:
-        """The record does not fit its partition's open batch (or there is none)."""
-        if chosen:
-            # KIP-480: a new batch is due, so a sticky partitioner moves on first.
-            self._partitioner.on_new_batch(state.name, partition)
-            state.sticky = -1
-            partition = self._choose_partition(state, key)
-        queue = state.queues[partition]
-        batch = queue.open
-        if batch is None or (batch.size + size > self._batch_size and batch.record_count):
-            batch = self._accumulator.open_batch(queue, timestamp)
-        return batch
 
     async def send_and_wait(
         self,
