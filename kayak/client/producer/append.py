@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, NamedTuple
 
 from kayak.client.config import ProducerConfig
@@ -60,7 +61,7 @@ class _Waiting(NamedTuple):
     on_delivery: DeliveryCallback | None
 
 
-class RecordAppender:
+class RecordAppender(ABC):
     """The record path of :class:`~kayak.client.producer.producer.Producer`: ``produce`` and
     the append ``send`` shares with it. (A base class of ``Producer``, which sets these.)"""
 
@@ -77,11 +78,13 @@ class RecordAppender:
     _waiting: dict[str, list[_Waiting]]
     _waiting_tasks: set[asyncio.Task[None]]
 
+    @abstractmethod
     def _require_started(self) -> None:
-        raise NotImplementedError
+        """Raise unless the producer has been started (the subclass knows how it starts)."""
 
+    @abstractmethod
     async def _fetch_topic_state(self, topic: str) -> TopicState:
-        raise NotImplementedError
+        """The topic's partitions, from metadata (waiting for it within max.block.ms)."""
 
     # -- produce ----------------------------------------------------------------------------------
 
