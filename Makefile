@@ -24,7 +24,7 @@ $(VENV)/.spark-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[spark]'
 	@touch $@ $(VENV)/.core-installed
 
-demo: $(VENV)/.spark-installed java
+demo: $(VENV)/.spark-installed java jvm
 	$(BIN)/kayak demo
 
 test: $(VENV)/.dev-installed system-deps jvm lint typecheck pytest

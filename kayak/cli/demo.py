@@ -2,10 +2,11 @@
 
 A SQLite ``orders`` table is captured (snapshot, then every insert, update and delete of a
 seeded workload) into the embedded broker as Avro change events with their schemas in the
-broker's registry; a Spark Structured Streaming job (``local[2]``) reads them with kayak's
-data source and applies them to a target SQLite database; then every row of source and target
-is compared. The last line says ``verified: N rows, source == target``, or the command exits
-non-zero after printing the first rows that differ.
+broker's registry; a Spark Structured Streaming job (``local[2]``) reads them with Spark's
+Kafka source (or kayak's data source: ``--reader kayak``) and applies them to a target SQLite
+database; then every row of source and target is compared. The last line says ``verified: N
+rows, source == target``, or the command exits non-zero after printing the first rows that
+differ.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kayak.cli.pipeline import report
+from kayak.cli.pipeline import READER_OPTION, report
 from kayak.errors import KayakError
 
 
@@ -39,20 +40,27 @@ def _progress(console: Console) -> Progress:
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep everything here (default: a temporary directory).")  # fmt: skip
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
-def demo(rows: int, changes: int, data_dir: Path | None, master: str) -> None:
+@READER_OPTION
+def demo(rows: int, changes: int, data_dir: Path | None, master: str, reader: str | None) -> None:
     """Replicate a SQLite table through the embedded broker and Spark, then prove it."""
+    from kayak.pipeline.spark_kafka import choose_reader
+
     console = Console()
+    try:
+        reader = choose_reader(reader)
+    except KayakError as e:
+        raise click.ClickException(str(e)) from None
     if data_dir is None:
         with tempfile.TemporaryDirectory(prefix="kayak-demo-") as tmp:
-            _run(console, Path(tmp), rows, changes, master)
+            _run(console, Path(tmp), rows, changes, master, reader)
     else:
         # Absolute: on a cluster the executors open the target from directories of their own.
         work = data_dir.expanduser().absolute()
         work.mkdir(parents=True, exist_ok=True)
-        _run(console, work, rows, changes, master)
+        _run(console, work, rows, changes, master, reader)
 
 
-def _run(console: Console, work: Path, rows: int, changes: int, master: str) -> None:
+def _run(console: Console, work: Path, rows: int, changes: int, master: str, reader: str) -> None:
     from kayak.pipeline.runner import Pipeline
     from kayak.pipeline.session import local_spark
     from kayak.pipeline.source_setup import prepare_source
@@ -65,19 +73,19 @@ def _run(console: Console, work: Path, rows: int, changes: int, master: str) -> 
         path.unlink(missing_ok=True)
     spec = PipelineSpec(
         source=f"sqlite:{source_path}", tables=["orders"], target=f"sqlite:{target_path}",
-        work_dir=work / "pipeline",
+        work_dir=work / "pipeline", reader=reader,
     )  # fmt: skip
     try:
         create_orders(str(source_path), rows)
         prepare_source(spec)
         console.print(f"source: {source_path} (orders, {rows} rows captured as the snapshot)")
         with console.status(f"starting Spark ({master}) and the embedded broker"):
-            spark = local_spark(master)
+            spark = local_spark(master, kafka_connector=reader == "kafka")
             running = Pipeline(spec, spark).start()
         try:
             console.print(
                 f"broker {running.bootstrap_servers}, schema registry {running.registry_url}, "
-                f"Spark {master} → target {target_path}"
+                f"Spark {master} (reader: {reader}) → target {target_path}"
             )
             started = time.monotonic()
             _catch_up(console, running, rows, "initial snapshot")

@@ -55,6 +55,15 @@ def report(console: Console, verifications: list[object]) -> int:
     return total
 
 
+READER_OPTION = click.option(
+    "--reader", type=click.Choice(["kafka", "kayak"]), default=None,
+    help="What reads the change topics in Spark: kafka, Spark's own Kafka source (the "
+    "spark-sql-kafka jars `make jvm` fetches into .jvm/spark-kafka, or KAYAK_SPARK_KAFKA_JARS), "
+    "or kayak, kayak's Python data source. [default: kafka when its jars are found, else "
+    "kayak, saying so in one line]",
+)  # fmt: skip
+
+
 @click.group()
 def pipeline() -> None:
     """The CDC → log → Spark replication pipeline."""
@@ -104,12 +113,13 @@ def pipeline() -> None:
 @click.option("--format", "input_format", type=click.Choice(["debezium-json"]), default=None,
               help="With --from-topics: the topics' form; debezium-json is Kafka Connect's "
               "JsonConverter (schemas.enable true or false).")  # fmt: skip
+@READER_OPTION
 def run(
     source: str, tables: tuple[str, ...], target: str, bootstrap: str | None,
     registry_url: str | None, prefix: str, slot: str | None, work_dir: Path, once: bool,
     master: str, properties: tuple[str, ...], retry_timeout: float, status_interval: float,
     metrics_port: int | None, metrics_host: str, metrics_allowed_hosts: str, spark_ui: bool,
-    from_topics: str | None, input_format: str | None,
+    from_topics: str | None, input_format: str | None, reader: str | None,
 ) -> None:  # fmt: skip
     """Capture TABLES of SOURCE and apply their changes to TARGET until Ctrl-C or SIGTERM (or,
     with --once, until caught up); then catch up, verify source == target row by row, stop
@@ -142,6 +152,7 @@ def run(
         # --metrics-port: none given = ephemeral (0 to the pipeline), 0 = no server
         metrics_port=0 if metrics_port is None else (metrics_port or None),
         metrics_host=metrics_host, from_topics=from_topics, input_format=input_format or "kayak",
+        reader=reader,
     )  # fmt: skip
     _check_topics_options(from_topics, input_format, bootstrap)
     if bootstrap is not None and spec.registry_url is None and from_topics is None:
@@ -181,6 +192,7 @@ def _run(
     from kayak.pipeline.runner import Pipeline, PipelineFailure, one_line
     from kayak.pipeline.session import local_spark, stop_spark
     from kayak.pipeline.source_setup import prepare_source
+    from kayak.pipeline.spark_kafka import choose_reader
     from kayak.pipeline.targets import check_target
 
     sessions: list[Any] = []  # the Spark session, once started
@@ -189,11 +201,15 @@ def _run(
 
     def start_spark() -> Any:
         with console.status("starting Spark"):
-            sessions.append(local_spark(options.master, output=log_path, ui=options.spark_ui))
+            sessions.append(local_spark(options.master, output=log_path, ui=options.spark_ui,
+                                        kafka_connector=spec.reader == "kafka"))  # fmt: skip
         return sessions[-1]
 
     try:
         check_target(spec.target)  # in a second, not after Spark's start
+        # Before the capture is set up: an explicit --reader kafka without the connector's
+        # jars fails in a moment, and changes nothing.
+        spec.reader = choose_reader(spec.reader)
         setup = prepare_source(spec) if spec.from_topics is None else None
         kind = Pipeline if spec.from_topics is None else _topics_pipeline()
         # Spark starts last, once the broker, the source and the clients are up.
@@ -202,7 +218,7 @@ def _run(
             replicating = True
             console.print(
                 f"replicating {', '.join(spec.tables)}: {spec.source} → "
-                f"{running.bootstrap_servers} → {spec.target}"
+                f"{running.bootstrap_servers} → {spec.target} (reader: {_reader(running)})"
             )
             if running.metrics_url is not None:
                 console.print(f"pipeline page: {running.metrics_url} · metrics: "
@@ -266,6 +282,11 @@ def _topics_pipeline() -> type[Pipeline]:
     from kayak.pipeline.from_topics import TopicsPipeline
 
     return TopicsPipeline
+
+
+def _reader(running: Pipeline) -> str:
+    """What reads the change topics in the running query (kafka: Spark's Kafka source)."""
+    return running.job.settings.reader if running.job is not None else "none"
 
 
 def _progress(running: Pipeline) -> Progress:

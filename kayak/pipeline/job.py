@@ -1,16 +1,17 @@
 """The replication job: change topics → Spark Structured Streaming → a target database.
 
 Per micro-batch the driver plans one Spark stage: the change topics' new records, read with
-kayak's data source, go to :func:`~kayak.pipeline.apply.apply_partitions` in the executors'
-Python workers, which decode them, keep the latest change of every key by source position and
-apply those to the target, each task its share of the keys in one transaction per table
-guarded by position. A key's changes must meet in one task: they do within one change-topic
-partition (the capture keys its records), and the job keeps partitions whole, or on a cluster
-spreads the records by table and key first (a shuffle of raw bytes) so that every executor
-writes. The driver only adds up the counts the tasks return. Spark's checkpoint holds the
-offsets, so a restarted query resumes where it stopped; a replayed batch changes nothing in
-the target. Records that cannot be decoded go to a dead-letter topic with the reason in their
-headers.
+Spark's own Kafka source (``format("kafka")``, the default) or kayak's data source
+(``format("kayak")``: the same options and columns), go to
+:func:`~kayak.pipeline.apply.apply_partitions` in the executors' Python workers, which decode
+them, keep the latest change of every key by source position and apply those to the target,
+each task its share of the keys in one transaction per table guarded by position. A key's
+changes must meet in one task: they do within one change-topic partition (the capture keys its
+records), and the job keeps partitions whole, or on a cluster spreads the records by table and
+key first (a shuffle of raw bytes) so that every executor writes. The driver only adds up the
+counts the tasks return. Spark's checkpoint holds the offsets, so a restarted query resumes
+where it stopped; a replayed batch changes nothing in the target. Records that cannot be
+decoded go to a dead-letter topic with the reason in their headers.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from kayak.pipeline.apply import APPLY_STATS_SCHEMA, ApplySettings, apply_partitions
 from kayak.pipeline.latency import LatencyHistogram
+from kayak.pipeline.spark_kafka import READERS, java_client_options
 from kayak.pipeline.transient import RetryPolicy
 
 __all__ = ["ReplicationJob", "ReplicationSettings", "ReplicationStats"]
@@ -53,6 +55,9 @@ class ReplicationSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # of transient target failures
     registry_config: dict[str, str] = field(default_factory=dict)  # credentials, CA, ...
     input_format: str = "kayak"  # kayak's Avro events, or "debezium-json" (Debezium's topics)
+    # Spark's Kafka source ("kafka": the session needs its jars, see spark_kafka) or kayak's
+    # data source ("kayak"); kayak.pipeline.spark_kafka.choose_reader picks one.
+    reader: str = "kafka"
 
 
 @dataclass
@@ -109,8 +114,10 @@ class ReplicationJob:
     def start(self) -> Any:
         """Start the streaming query; returns it (``StreamingQuery``)."""
         s = self.settings
+        if s.reader not in READERS:
+            raise ValueError(f"unknown reader {s.reader!r}: use one of {', '.join(READERS)}")
         reader = (
-            self.spark.readStream.format("kayak")
+            self.spark.readStream.format(s.reader)
             .option("kafka.bootstrap.servers", s.bootstrap_servers)
             .option("startingOffsets", s.starting_offsets)
         )
@@ -126,6 +133,9 @@ class ReplicationJob:
         # partition in one step, and a transaction's markers land on all its partitions in
         # one step, so no transaction straddles two micro-batches.
         client = {"isolation.level": "read_committed", **s.client_options}
+        if s.reader == "kafka":
+            # The Java consumer: Kafka's names only (kayak's client takes librdkafka's too).
+            client = java_client_options(client)
         for name, value in client.items():
             reader = reader.option(f"kafka.{name}", value)
         records = reader.load().select("key", "value", "topic", "partition", "offset")
@@ -137,6 +147,8 @@ class ReplicationJob:
         if s.trigger_interval:
             writer = writer.trigger(processingTime=s.trigger_interval)
         self.query = writer.start()
+        source = "Spark's Kafka source" if s.reader == "kafka" else "kayak's data source"
+        log.info("reading %s with %s", s.topic_pattern or ", ".join(s.topics), source)
         return self.query
 
     def _process_batch(self, batch: Any, batch_id: int) -> None:

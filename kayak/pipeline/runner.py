@@ -44,6 +44,7 @@ from kayak.pipeline.source_database import (
     read_source_rows,
     source_kind,
 )
+from kayak.pipeline.spark_kafka import reader_for_session
 from kayak.pipeline.spec import PipelineSpec, micro_batch_cap
 from kayak.pipeline.targets import Target
 from kayak.pipeline.topics import topic_ensurer
@@ -191,6 +192,7 @@ class Pipeline:
 
                 self._spark_factory = local_spark
             self._spark = self._spark_factory()
+        reader = reader_for_session(spec.reader, self._spark)
         # The driver's, for verification: it outlives target restarts as the executors' do.
         self.target = ReconnectingTarget(spec.target, spec.retry_policy)
         settings = ReplicationSettings(
@@ -204,6 +206,7 @@ class Pipeline:
             client_options=spec.client_options,
             retry=spec.retry_policy,
             input_format=spec.input_format,
+            reader=reader,
             **read,
         )
         self.job = ReplicationJob(self._spark, settings)

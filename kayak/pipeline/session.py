@@ -85,10 +85,12 @@ def local_spark(
 
 def _add_kafka_connector(config: dict[str, str]) -> None:
     """Spark's Kafka connector jars, when found, appended to ``config``'s ``spark.jars``."""
-    from kayak.pipeline.spark_kafka import kafka_connector_jars
+    from kayak.pipeline.spark_kafka import connector_jars_or_reason
 
-    jars = kafka_connector_jars()
-    if not jars:
+    jars = connector_jars_or_reason()
+    if isinstance(jars, str):
+        # The pipeline's choose_reader says so, once; a session is fine without them.
+        log.debug("%s", jars)
         return
     given = [jar for jar in config.get("spark.jars", "").split(",") if jar]
     config["spark.jars"] = ",".join([*given, *(str(jar) for jar in jars if str(jar) not in given)])

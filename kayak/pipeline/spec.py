@@ -51,6 +51,10 @@ class PipelineSpec:
     # Read existing change topics (a regex) instead of capturing: kayak.pipeline.from_topics.
     from_topics: str | None = None
     input_format: str = "kayak"  # of the change topics (kayak.pipeline.input_formats)
+    # What reads the change topics in Spark: "kafka" (Spark's Kafka source) or "kayak"
+    # (kayak's data source); None: Spark's when its jars are found, else kayak's with a
+    # warning (kayak.pipeline.spark_kafka.choose_reader).
+    reader: str | None = None
 
     def __post_init__(self) -> None:
         from kayak.serde.registry import split_registry_properties

@@ -1,13 +1,14 @@
 """The pipeline on a Spark standalone cluster: the executors apply, the driver only plans.
 
 ``kayak pipeline run --master spark://…`` against a master with two one-core workers (see
-``tests/fixtures/spark_cluster.py``), SQLite source, PostgreSQL target. The run must verify
-source == target, the changes must have been applied by the executors' Python workers (each
-task reports the executor it ran in, read from its JVM's command line; ``driver`` would mean
-the driver did the writing), and the driver's memory must not grow with the batch: ten
-times more changes after the snapshot leave the driver's peak memory (VmHWM, read from
-/proc while the one pipeline runs) where it was, because nothing per change crosses to the
-driver.
+``tests/fixtures/spark_cluster.py``), SQLite source, PostgreSQL target, reading the change
+topics with Spark's Kafka source (the default; its jars reach the executors through
+``spark.jars``); the demo on the same cluster reads them with kayak's data source. The run must
+verify source == target, the changes must have been applied by the executors' Python workers
+(each task reports the executor it ran in, read from its JVM's command line; ``driver`` would
+mean the driver did the writing), and the driver's memory must not grow with the batch: ten
+times more changes after the snapshot leave the driver's peak memory (VmHWM, read from /proc
+while the one pipeline runs) where it was, because nothing per change crosses to the driver.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def test_the_executors_apply_and_the_driver_stays_flat(
             run.kill()
             run.communicate()
     assert run.returncode == 0, stdout + stderr
+    assert "(reader: kafka)" in " ".join(stdout.split()), stdout  # the console wraps lines
     rows = _SNAPSHOT + _MORE
     assert stdout.strip().splitlines()[-1] == f"verified: {rows} rows, source == target", stdout
     found = _WRITERS.search(stdout)
@@ -120,10 +122,12 @@ def test_the_demo_runs_on_a_cluster_with_a_relative_data_dir(
     (In this file, not its own: the cluster fixture starts once per file and worker.)"""
     demo = subprocess.run(
         [sys.executable, "-m", "kayak", "demo", "--rows", "50", "--changes", "200",
-         "--master", spark_cluster.master_url, "--data-dir", "relative/demo"],
+         "--master", spark_cluster.master_url, "--data-dir", "relative/demo",
+         "--reader", "kayak"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout + demo.stderr[-3000:]
+    assert "(reader: kayak)" in demo.stdout, demo.stdout
     last = demo.stdout.strip().splitlines()[-1]
     assert last.startswith("verified: ") and last.endswith(" rows, source == target"), last
     # The files are where the relative directory says, from the driver's working directory.

@@ -1,11 +1,13 @@
 """Several schema changes and a TRUNCATE through one running PostgreSQL → Spark → PostgreSQL
-pipeline (the scenarios one by one, without Spark, are in ``test_schema_changes``)."""
+pipeline, with each reader of the change topics (Spark's Kafka source, kayak's data source);
+the scenarios one by one, without Spark, are in ``test_schema_changes``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from kayak.pipeline.runner import Pipeline
 from kayak.pipeline.source_setup import prepare_source
@@ -14,8 +16,9 @@ from tests.pipeline.conftest import CdcBroker
 from tests.pipeline.test_pipeline_postgres import target_dsn
 
 
+@pytest.mark.parametrize("reader", ["kafka", "kayak"])
 def test_ddl_while_the_pipeline_runs(
-    spark: object, postgres_dsn: str, cdc_broker: CdcBroker, tmp_path: Path
+    spark: object, postgres_dsn: str, cdc_broker: CdcBroker, tmp_path: Path, reader: str
 ) -> None:
     source = psycopg.connect(postgres_dsn, autocommit=True)
     source.execute("CREATE TABLE t (id int PRIMARY KEY, a text, c int NOT NULL, d int, "
@@ -24,7 +27,7 @@ def test_ddl_while_the_pipeline_runs(
     spec = PipelineSpec(
         source=postgres_dsn, tables=["public.t"], target=target_dsn(postgres_dsn),
         work_dir=tmp_path / "work", bootstrap_servers=cdc_broker.bootstrap_servers,
-        registry_url=cdc_broker.registry_url, slot_name="ddl1",
+        registry_url=cdc_broker.registry_url, slot_name=f"ddl_{reader}", reader=reader,
     )  # fmt: skip
     prepare_source(spec)
     # Rounds of DDL, each followed by DML, then caught up and verified.
@@ -40,6 +43,7 @@ def test_ddl_while_the_pipeline_runs(
          "INSERT INTO t (id, a2, d, n) VALUES (100, 'after', 1, 0.0001)"],
     ]  # fmt: skip
     with Pipeline(spec, spark) as pipeline:
+        assert pipeline.job is not None and pipeline.job.settings.reader == reader
         pipeline.catch_up()
         for statements in rounds:
             for statement in statements:
@@ -49,7 +53,8 @@ def test_ddl_while_the_pipeline_runs(
             assert result.equal, (statements, [d.line() for d in result.differences[:3]])
     with psycopg.connect(spec.target) as target:
         assert target.execute("SELECT id, a2, d, n::text, e, f FROM t").fetchall() == [
-            (100, "after", 1, "0.0001", "dflt", 42)]
+            (100, "after", 1, "0.0001", "dflt", 42)
+        ]
         columns = dict(target.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
             "WHERE table_name = 't'").fetchall())  # fmt: skip

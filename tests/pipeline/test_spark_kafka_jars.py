@@ -12,7 +12,13 @@ import pyspark
 import pytest
 
 from kayak.pipeline import spark_kafka
-from kayak.pipeline.spark_kafka import JARS_ENV, connector_version, kafka_connector_jars
+from kayak.pipeline.spark_kafka import (
+    JARS_ENV,
+    connector_jars_or_reason,
+    connector_version,
+    find_connector_dir,
+    kafka_connector_jars,
+)
 
 CONNECTOR = f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"
 OWN = [CONNECTOR, "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar"]
@@ -56,8 +62,21 @@ def test_the_environment_names_the_directory_first(
     monkeypatch.setenv("KAYAK_JVM_LIB", str(lib.parent))
     monkeypatch.setenv(JARS_ENV, str(chosen))
     assert kafka_connector_jars() == sorted(chosen / name for name in OWN)
-    monkeypatch.setenv(JARS_ENV, str(tmp_path / "nothing-here"))
+    monkeypatch.delenv(JARS_ENV)
     assert kafka_connector_jars() == sorted(lib / name for name in OWN)
+
+
+def test_a_directory_named_in_the_environment_is_the_only_one_looked_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that pointing it at an empty directory turns the connector off (the pipeline then
+    reads with kayak's data source), whatever ``make jvm`` fetched."""
+    lib = jar_dir(tmp_path / "lib" / "spark-kafka", OWN)
+    monkeypatch.setenv("KAYAK_JVM_LIB", str(lib.parent))
+    monkeypatch.setenv(JARS_ENV, str(jar_dir(tmp_path / "empty", [])))
+    assert find_connector_dir() is None and kafka_connector_jars() is None
+    found = connector_jars_or_reason()
+    assert isinstance(found, str) and str(tmp_path / "empty") in found and "make jvm" in found
 
 
 def test_versions_are_read_from_maven_names() -> None:
