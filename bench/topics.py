@@ -31,6 +31,8 @@ started afresh and given ``kafka_peer.warm_up``'s short produce-and-consume load
     stime of the server process over the measured interval).
 
 Goals (issue 13): (a) under 5 s with (b) p99 under 50 ms; (d) under 50 ms; (e) under 10 s.
+Targets (issue 28, beside Apache Kafka in the same run): (b) p99 under 50 ms; (d) median under
+25 ms; (f) no slower than Kafka's restart.
 
 Run: ``python bench/topics.py`` (3 runs), ``--quick`` (1 run, smaller), ``--markdown`` for
 README; ``--runs``, ``--topics``, ``--partitions``, ``--segments``,

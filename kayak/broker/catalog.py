@@ -44,6 +44,7 @@ from kayak.broker.catalog_store import (
 )
 from kayak.broker.log import LogConfig, PartitionLog
 from kayak.broker.log.files import fsync_directory
+from kayak.broker.log.partition_open import deferred_directory_syncs
 from kayak.errors import (
     ConfigError,
     InvalidConfigurationError,
@@ -362,11 +363,12 @@ class TopicCatalog:
         self._clean_shutdown = clean_shutdown
         self._load(force=True)
         opened = 0
-        for topic in self._topics.values():
-            for index, owner in enumerate(topic.owners):
-                if owner == self.node_id:
-                    self._open_partition(topic, index)
-                    opened += 1
+        with deferred_directory_syncs():  # one journal commit for all new first segments
+            for topic in self._topics.values():
+                for index, owner in enumerate(topic.owners):
+                    if owner == self.node_id:
+                        self._open_partition(topic, index)
+                        opened += 1
         log.info("opened %d topics (%d partitions here) from %s", len(self._topics), opened,
                  self.data_dir)  # fmt: skip
 

@@ -13,7 +13,9 @@ from kayak.broker import Broker
 from kayak.broker.catalog import Topic
 from kayak.broker.handlers.cluster import _describe, _SplicedMetadataResponse
 from kayak.broker.log import LogConfig
+from kayak.broker.metrics.requests import RequestMetrics
 from kayak.errors import ErrorCode
+from kayak.protocol.messages import ApiKey
 from kayak.protocol.messages.create_partitions_request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -106,3 +108,30 @@ def test_metadata_over_the_wire_sees_new_partitions(tmp_path: Path) -> None:
             await client.close()
 
     asyncio.run(run())
+
+
+class _Unwalkable(list):  # type: ignore[type-arg]
+    """Partitions that fail the test if anything walks them."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the cached answer's partitions were walked")
+
+
+def test_request_metrics_count_a_cached_answer_without_walking_its_partitions() -> None:
+    topic = _topic(10_000)
+    topic.handoffs = {1: 0, 7: 1}
+    described = _describe(topic)
+    error = MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name="gone")
+    plain = MetadataResponse(topics=[described.topic, error, described.topic])
+    walked = RequestMetrics()
+    walked.count_errors(ApiKey.METADATA, plain)  # the generic walk, partition by partition
+    spliced = _SplicedMetadataResponse()
+    spliced.answer([described, error, described])
+    described.topic.partitions = _Unwalkable(described.topic.partitions)
+    counted = RequestMetrics()
+    counted.count_errors(ApiKey.METADATA, spliced)
+    expected = {
+        (ApiKey.METADATA, ErrorCode.LEADER_NOT_AVAILABLE): 4,  # two moving, twice each
+        (ApiKey.METADATA, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION): 1,
+    }
+    assert counted.errors == walked.errors == expected

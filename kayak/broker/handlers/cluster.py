@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from kayak.broker.catalog import NO_LEADER, NewTopic, Topic
@@ -150,6 +151,8 @@ class _TopicAnswer:
             is_internal=topic.internal,
             partitions=[_partition(topic, i, owner) for i, owner in enumerate(topic.owners)],
         )
+        # Known once, for the request metrics (only those of partitions being handed over).
+        self.errors = [p.error_code for p in self.topic.partitions if p.error_code]
         self._encoded: dict[int, bytes] = {}
 
     def describes(self, topic: Topic) -> bool:
@@ -198,6 +201,16 @@ class _SplicedMetadataResponse(MetadataResponse):
         """Set the topics: errors as plain answers, described topics from their cache."""
         self.topics = [a.topic if isinstance(a, _TopicAnswer) else a for a in answers]
         self.cached = [a if isinstance(a, _TopicAnswer) else None for a in answers]
+
+    def error_codes(self) -> Iterator[int]:
+        """The answer's error codes (zeros may be left out), for the request metrics: a
+        cached topic's are known, its partitions not walked again."""
+        for topic, answer in zip(self.topics, self.cached, strict=True):
+            yield topic.error_code
+            if answer is not None:
+                yield from answer.errors
+            else:
+                yield from (p.error_code for p in topic.partitions)
 
     def write(self, out: bytearray, version: int) -> None:
         head = bytearray()

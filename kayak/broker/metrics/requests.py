@@ -143,6 +143,17 @@ def _walk_fetch(response: Any) -> Iterator[int]:
             yield partition.error_code
 
 
+def _walk_metadata(response: Any) -> Iterator[int]:
+    # The broker's Metadata answers know their error codes (``error_codes()``): a topic of
+    # 10,000 partitions walked here per request cost more than building the answer from its
+    # cached encoding.
+    known = getattr(response, "error_codes", None)
+    if known is not None:
+        yield from known()
+        return
+    yield from _walk_generic(response)
+
+
 _FIELDS: dict[type, tuple[bool, tuple[str, ...]]] = {}
 
 
@@ -173,4 +184,7 @@ def _walk_generic(message: Any) -> Iterator[int]:
                     yield from _walk_generic(item)
 
 
-_ERROR_WALKERS: dict[int, Callable[[Any], Iterator[int]]] = {ApiKey.FETCH: _walk_fetch}
+_ERROR_WALKERS: dict[int, Callable[[Any], Iterator[int]]] = {
+    ApiKey.FETCH: _walk_fetch,
+    ApiKey.METADATA: _walk_metadata,
+}
