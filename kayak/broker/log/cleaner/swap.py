@@ -166,6 +166,8 @@ def recover_swaps(directory: Path) -> int:
     """Finish committed replacements and undo the others (module doc); returns how many
     replacements were finished."""
     names = os.listdir(directory)
+    if not any(n.endswith((CLEANED, SWAP)) for n in names):
+        return 0  # the common start: nothing was being cleaned (one listing, not two)
     swaps = sorted(int(n.split(".")[0]) for n in names if _is_file_of(n, ".log" + SWAP))
     bases = {int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit()}
     for base in swaps:
