@@ -1,14 +1,26 @@
 """End-to-end CDC benchmark: source database → capture → broker → Spark (local[2]) → target.
 
-For each source (SQLite, PostgreSQL) a seeded workload of inserts, updates and deletes runs
-against a captured table while the pipeline replicates it; the clock stops when the target
-has applied every change. Reported: changes/s end to end and the latency of each applied
-change from its source commit to the target's commit (p50/p99). The peer, measured in the
-same run, is the source database itself: the same workload against an uncaptured copy of the
-table, i.e. how fast changes can be made at all. The ratio says how much of that rate the
-replication keeps up with (capture triggers or logical decoding included).
+For each source (SQLite → SQLite, PostgreSQL → PostgreSQL) and each of Spark's readers of
+the change topics (``kafka``: Spark's Kafka source; ``kayak``: kayak's data source), a seeded
+workload of inserts, updates and deletes runs against a captured table while the pipeline
+replicates it, in its own process (bench/cdc_workloads.py). Reported, median of ``--runs``:
 
-    .venv/bin/python bench/cdc.py --changes 100000 --markdown
+- changes/s end to end (the workload's first change to the target having applied its
+  last), beside the source alone: the same workload against an uncaptured copy of the table,
+  i.e. how fast changes can be made at all;
+- the latency of each applied change from its source commit to the target's commit
+  (p50/p99) in a second pass paced at half the source alone's rate;
+- CPU per change (µs, user + system from /proc) of every process of the pipeline, beside
+  the source's own (the workload process, where SQLite runs, and the source's server); the
+  ratio of the two does not depend on how many cores the machine has. The capture runs in a
+  thread of the process that drives Spark (this one, as ``kayak pipeline run`` does): the
+  two share one column. "source's extra under capture" is what the source spends more per
+  change while captured (SQLite: the capture triggers in the writer; PostgreSQL: logical
+  WAL), counted in the pipeline's total. A SQLite target is written by the apply in Spark's
+  Python workers (no server); a PostgreSQL target runs in a cluster of its own, so its
+  server's CPU is the whole cluster's.
+
+    .venv/bin/python bench/cdc.py --changes 50000 --runs 3 --markdown
 
 Spark's reader alone against Parquet is ``bench/spark_read.py``.
 """
@@ -16,227 +28,161 @@ Spark's reader alone against Parquet is ``bench/spark_read.py``.
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from result_tables import Table, add_plot_option, median, plot_table, times
-
-from kayak.pipeline.runner import Pipeline
-from kayak.pipeline.session import local_spark
-from kayak.pipeline.source_setup import prepare_source
-from kayak.pipeline.spec import PipelineSpec
-from kayak.pipeline.workload import create_orders, run_workload
-
-PG_DDL = """
-CREATE TABLE orders (
-    id bigint PRIMARY KEY, customer text NOT NULL, status text NOT NULL, amount numeric(12,2),
-    quantity integer NOT NULL, weight_kg double precision, note text, receipt bytea,
-    updated_at timestamptz NOT NULL DEFAULT now()
+from cdc_cpu import CpuMeter, tree_cpu_s
+from cdc_measure import log, replicate
+from cdc_postgres import (
+    SourceServer,
+    capture_url,
+    checkpoint,
+    create_database,
+    drop_database,
+    postmaster_pid,
+    start_clusters,
 )
-"""
+from cdc_report import Measured, cpu_table, throughput_table
+from cdc_workloads import run_workload_process
+from result_tables import add_plot_option, plot_table
+
+from kayak.pipeline.session import local_spark, stop_spark
+from kayak.pipeline.spec import PipelineSpec
+from kayak.pipeline.workload import create_orders
 
 
-def pg_workload(dsn: str, changes: int, *, seed: int = 11, rate: float = 0.0) -> None:
-    """The SQLite workload's mix (45 % inserts, 40 % updates, 15 % deletes) in PostgreSQL,
-    paced to ``rate`` changes/s when given."""
-    import psycopg
+class Bench:
+    """The benchmark's shared parts: Spark, the PostgreSQL clusters, a scratch directory."""
 
-    rng = random.Random(seed)
-    # autocommit: each `transaction()` block below is then a real transaction of 50 changes
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = [r[0] for r in conn.execute("SELECT id FROM orders")]
-        next_id = max(ids, default=0) + 1
-        done = 0
-        started = time.monotonic()
-        while done < changes:
-            if rate > 0:
-                time.sleep(max(0.0, started + done / rate - time.monotonic()))
-            with conn.transaction():
-                for _ in range(min(50, changes - done)):
-                    roll = rng.random()
-                    if roll < 0.45 or not ids:
-                        conn.execute(
-                            "INSERT INTO orders (id, customer, status, amount, quantity, "
-                            "weight_kg, note, receipt) VALUES (%s, %s, 'new', %s, %s, %s, %s, %s)",
-                            (next_id, f"customer {rng.randint(1, 999)} ✓",
-                             f"{rng.randint(0, 9999)}.{rng.randint(0, 99):02d}",
-                             rng.randint(1, 20), rng.random() * 40, None,
-                             rng.randbytes(rng.randint(0, 32))),
-                        )  # fmt: skip
-                        ids.append(next_id)
-                        next_id += 1
-                    elif roll < 0.85:
-                        conn.execute(
-                            "UPDATE orders SET status = %s, amount = %s, updated_at = now() "
-                            "WHERE id = %s",
-                            (rng.choice(["paid", "shipped", "returned"]),
-                             f"{rng.randint(0, 999)}.{rng.randint(0, 99):02d}", rng.choice(ids)),
-                        )  # fmt: skip
-                    else:
-                        index = rng.randrange(len(ids))
-                        ids[index], ids[-1] = ids[-1], ids[index]
-                        conn.execute("DELETE FROM orders WHERE id = %s", (ids.pop(),))
-                    done += 1
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root = Path(tempfile.mkdtemp(prefix="kayak-bench-cdc-"))
+        self.spark: Any = None
+        self.clusters: tuple[Any, Any] | None = None
 
+    def close(self) -> None:
+        if self.clusters is not None:
+            for cluster in self.clusters:
+                cluster.stop()
+        if self.spark is not None:
+            stop_spark(self.spark)
+        shutil.rmtree(self.root, ignore_errors=True)
 
-def pg_source(server: object, name: str, rows: int) -> str:
-    import psycopg
+    def run(self, kind: str, reader: str, run: int, into: Measured) -> None:
+        if self.spark is None:
+            self.spark = local_spark()
+        work = self.root / f"{kind}-{reader}-{run}"
+        work.mkdir()
+        measure = self._sqlite if kind == "sqlite" else self._postgresql
+        measure(reader, run, work, into)
+        full, paced = into.runs[-1].full, into.runs[-1].paced
+        paced_rate = paced.changes / paced.workload_elapsed_s
+        log(f"{kind} / {reader} run {run + 1}: {full.rate:,.0f} changes/s (source alone "
+            f"{into.alone_rates[-1]:,.0f}/s); paced at {paced_rate:,.0f}/s "
+            f"p50 {into.runs[-1].p50_ms:,.0f} ms, p99 {into.runs[-1].p99_ms:,.0f} ms; "
+            f"CPU s {', '.join(f'{k} {v:.2f}' for k, v in full.cpu_s.items())}, "
+            f"workload {full.workload_cpu_s:.2f}\n  {into.runs[-1].batches}")  # fmt: skip
 
-    dsn_of = server.dsn  # type: ignore[attr-defined]
-    with psycopg.connect(dsn_of(), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = str(dsn_of(name))
-    with psycopg.connect(dsn) as conn:
-        conn.execute(PG_DDL)
-    pg_workload(dsn, rows, seed=3)  # seed rows: the workload's insert-heavy mix
-    return dsn
+    def _alone(self, source: str, into: Measured, server: Callable[[], float] | None) -> None:
+        """The workload against an uncaptured copy: its rate and its CPU per change."""
+        changes = self.args.changes
+        meter = CpuMeter({"server": server or (lambda: 0.0)})
+        meter.start()
+        report = run_workload_process(source, changes)
+        used = meter.stop()
+        into.alone_rates.append(changes / report.elapsed_s)
+        into.alone_workload_us.append(report.cpu_s / changes * 1e6)
+        into.alone_server_us.append(used["server"] / changes * 1e6 if server else float("nan"))
 
+    def _paced(self, into: Measured) -> float:
+        """The latency pass's rate: ``--latency-rate``, else half the source alone's."""
+        return float(self.args.latency_rate) or into.alone_rates[-1] / 2
 
-def drop_pg_database(server: object, name: str) -> None:
-    """Drop a run's database and its replication slots (slots are the cluster's: one left
-    behind keeps its WAL and a slot of the cluster's few)."""
-    import psycopg
+    def _sqlite(self, reader: str, run: int, work: Path, into: Measured) -> None:
+        plain, captured = str(work / "plain.db"), str(work / "source.db")
+        for path in (plain, captured):
+            create_orders(path, self.args.rows)
+        self._alone(f"sqlite:{plain}", into, None)
+        spec = PipelineSpec(source=f"sqlite:{captured}", tables=["orders"],
+                            target=f"sqlite:{work / 'target.db'}",
+                            work_dir=work / "pipeline", reader=reader)  # fmt: skip
+        into.runs.append(replicate(self.spark, spec, self.args.changes, self._paced(into)))
 
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:  # type: ignore[attr-defined]
-        admin.execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-            "WHERE database = %s AND active_pid IS NOT NULL", (name,))  # fmt: skip
-        for (slot,) in admin.execute(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
-        ).fetchall():
-            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def replicate(spark: object, spec: PipelineSpec, workload: Callable[[], None], changes: int
-              ) -> tuple[float, float, float]:  # fmt: skip
-    """(changes/s end to end, p50 ms, p99 ms) with the pipeline running during ``workload``."""
-    prepare_source(spec)
-    with Pipeline(spec, spark) as pipeline:
-        pipeline.catch_up()  # the initial snapshot, so the clock measures streaming only
-        assert pipeline.job is not None
-        pipeline.job.stats.latency.clear()
-        started = time.monotonic()
-        workload()
-        pipeline.catch_up()
-        elapsed = time.monotonic() - started
-        (verification,) = pipeline.verify()
-        if not verification.equal:
-            raise SystemExit(f"replica differs: {verification.differences[:3]}")
-        stats = pipeline.job.stats
-        print(spark_batches(pipeline.job.query.recentProgress), file=sys.stderr)
-        return changes / elapsed, stats.percentile(50), stats.percentile(99)
-
-
-def spark_batches(progress: list[object]) -> str:
-    """Where Spark's time per micro-batch went: medians of its ``durationMs`` parts over the
-    batches that read records (Spark keeps the last 100)."""
-    busy = [p for p in progress if getattr(p, "numInputRows", 0)]
-    if not busy:
-        return "spark: no batch read records"
-    parts = sorted({k for p in busy for k in p.durationMs})  # type: ignore[attr-defined]
-    medians = ", ".join(
-        f"{k} {median([p.durationMs.get(k, 0) for p in busy]):,.0f}"  # type: ignore[attr-defined]
-        for k in parts
-    )
-    rows = median([p.numInputRows for p in busy])  # type: ignore[attr-defined]
-    return (
-        f"spark: {len(busy)} batches with records, {rows:,.0f} records each; median ms: {medians}"
-    )
+    def _postgresql(self, reader: str, run: int, work: Path, into: Measured) -> None:
+        if self.clusters is None:
+            self.clusters = start_clusters()
+        source_cluster, target_cluster = self.clusters
+        # Databases, and with them slots (kayak_<database>), of this reader and run alone.
+        plain, source, target = (f"{reader}_{part}{run}" for part in ("plain", "source", "target"))
+        rows = self.args.rows
+        try:
+            plain_dsn = create_database(source_cluster, plain, orders_rows=rows)
+            source_dsn = create_database(source_cluster, source, orders_rows=rows)
+            target_dsn = create_database(target_cluster, target)
+            checkpoint(source_cluster)
+            server = postmaster_pid(source_cluster)
+            self._alone(plain_dsn, into, lambda: tree_cpu_s(server))
+            drop_database(source_cluster, plain)  # its autovacuum is not the pipeline run's
+            slot = f"kayak_{source}"
+            spec = PipelineSpec(source=capture_url(source_dsn), tables=["orders"],
+                                target=target_dsn, work_dir=work / "pipeline", reader=reader,
+                                slot_name=slot)  # fmt: skip
+            into.runs.append(replicate(
+                self.spark, spec, self.args.changes, self._paced(into),
+                source_server=lambda: SourceServer(source_cluster),
+                target_postmaster=postmaster_pid(target_cluster),
+            ))  # fmt: skip
+        finally:
+            drop_database(source_cluster, plain)
+            drop_database(source_cluster, source)
+            drop_database(target_cluster, target)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--changes", type=int, default=50_000, help="changes per pass")
     parser.add_argument("--rows", type=int, default=10_000, help="rows before capture starts")
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sources", default="sqlite,postgresql")
-    parser.add_argument("--rate", type=float, default=0.0,
-                        help="pace the workload to this many changes/s (latency below "
-                        "saturation); 0 = as fast as the source takes them")  # fmt: skip
+    parser.add_argument("--readers", default="kafka,kayak")
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=0.0,
+        help="changes/s of the latency pass; 0: half the source alone's",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke: 2,000 changes, 1,000 rows, one run")  # fmt: skip
     parser.add_argument("--markdown", action="store_true")
     add_plot_option(parser)
     args = parser.parse_args()
-    spark = local_spark()
-    root = Path(tempfile.mkdtemp(prefix="kayak-bench-cdc-"))
-    table = Table(["source", "changes", "workload rate", "source alone changes/s",
-                   "pipeline changes/s", "ratio", "latency p50 ms", "latency p99 ms"])  # fmt: skip
-    server = None
+    if args.quick:
+        args.changes, args.rows, args.runs = 2_000, 1_000, 1
+    kinds, readers = args.sources.split(","), args.readers.split(",")
+    measured = {(kind, reader): Measured() for kind in kinds for reader in readers}
+    bench = Bench(args)
     try:
-        for kind in args.sources.split(","):
-            alone, rates, p50s, p99s = [], [], [], []
-            for run in range(args.runs):
-                work = root / f"{kind}-{run}"
-                work.mkdir()
-                databases: list[str] = []  # PostgreSQL: this run's, dropped after it
-                if kind == "sqlite":
-                    plain, captured = str(work / "plain.db"), str(work / "source.db")
-                    for path in (plain, captured):
-                        create_orders(path, args.rows)
-                    t = time.monotonic()
-                    run_workload(plain, args.changes)
-                    alone.append(args.changes / (time.monotonic() - t))
-                    source = f"sqlite:{captured}"
-
-                    def workload(path: str = captured) -> None:
-                        run_workload(path, args.changes, rate=args.rate)
-                else:
-                    if server is None:
-                        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-                        from tests.fixtures.postgres import find_bin_dir, start_cluster
-
-                        bin_dir = find_bin_dir()
-                        if bin_dir is None:
-                            raise SystemExit("PostgreSQL not installed (make test installs it)")
-                        server = start_cluster(bin_dir)
-                    # A database per run, each with its own slot (named after it by
-                    # default: slots are shared by the whole cluster).
-                    databases += [f"plain{run}", f"source{run}"]
-                    plain = pg_source(server, databases[0], args.rows)
-                    source = pg_source(server, databases[1], args.rows)
-                    t = time.monotonic()
-                    pg_workload(plain, args.changes)
-                    alone.append(args.changes / (time.monotonic() - t))
-
-                    def workload(dsn: str = source) -> None:
-                        pg_workload(dsn, args.changes, rate=args.rate)
-
-                spec = PipelineSpec(
-                    source=source,
-                    tables=["orders"],
-                    target=f"sqlite:{work / 'target.db'}",
-                    work_dir=work / "pipeline",
-                )
-                try:
-                    rate, p50, p99 = replicate(spark, spec, workload, args.changes)
-                finally:
-                    for name in databases:
-                        drop_pg_database(server, name)
-                rates.append(rate)
-                p50s.append(p50)
-                p99s.append(p99)
-                print(f"{kind} run {run + 1}: {rate:,.0f} changes/s (source alone "
-                      f"{alone[-1]:,.0f}/s), p50 {p50:,.0f} ms, p99 {p99:,.0f} ms")  # fmt: skip
-            paced = f"{args.rate:,.0f}/s" if args.rate else "max"
-            table.add(kind, f"{args.changes:,}", paced, f"{median(alone):,.0f}",
-                      f"{median(rates):,.0f}",
-                      times(median(rates) / median(alone)), f"{median(p50s):,.0f}",
-                      f"{median(p99s):,.0f}")  # fmt: skip
+        # Runs outermost: a noisy minute hits one run of every configuration, not all
+        # runs of one.
+        for run in range(args.runs):
+            for kind in kinds:
+                for reader in readers:
+                    bench.run(kind, reader, run, measured[(kind, reader)])
     finally:
-        if server is not None:
-            server.stop()
-        spark.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    print(table.markdown() if args.markdown else table.text())
-    plot_table(args.plot, "cdc", table)
+        bench.close()
+    throughput = throughput_table(measured, args.changes)
+    cpu = cpu_table(measured)
+    for table in (throughput, cpu):
+        print(table.markdown() if args.markdown else table.text())
+        print()
+    plot_table(args.plot, "cdc", throughput)
 
 
 if __name__ == "__main__":
