@@ -1,5 +1,6 @@
-"""Consumer throughput on one partition: kayak's consumer against confluent-kafka, the Java
-client, aiokafka and kafka-python, on kayak's broker and on Apache Kafka in the same run.
+"""Consumer throughput on one partition (or ``--partitions N``): kayak's consumer against
+confluent-kafka, the Java client, aiokafka and kafka-python, on kayak's broker and on Apache
+Kafka in the same run.
 
 One partition is filled with ``--size`` MiB (default 1024) of ``--value-size`` (1 KiB)
 records by confluent-kafka's producer (batches of up to 1 MB: ``batch.size`` 1000000,
@@ -18,7 +19,8 @@ Readers, with each client's defaults unless the row says otherwise (batched call
 to 10,000 records, so no client pays a per-call overhead every few hundred records):
 
 * kayak ``getmany`` (``ConsumerRecord`` objects), kayak ``getmany_values`` (the values-only
-  fast path), kayak ``async for`` (one record per await);
+  fast path), kayak ``async for`` (one record per await), kayak ``poll (sync, per record)``
+  (the blocking facade, ``for record in consumer``: one record per call);
 * confluent-kafka ``consume(10000)``; aiokafka ``getmany``; kafka-python ``poll``;
 * the Java client: Kafka 4.3's ``KafkaConsumer.poll()`` (``max.poll.records`` 10,000),
   iterating the records one by one (bench/java/ConsumerBench.java, compiled on first use; it
@@ -27,6 +29,10 @@ to 10,000 records, so no client pays a per-call overhead every few hundred recor
 * "8 MiB fetches" rows: kayak, confluent-kafka and Java with ``max.partition.fetch.bytes`` =
   ``fetch.max.bytes`` = 8 MiB (confluent also ``queued.max.messages.kbytes`` 1 GiB, as
   bench/broker_consume.py tunes it).
+
+``--partitions N`` fills N partitions (records spread over them by the producer's default
+partitioner) and every reader reads all of them from offset 0; the issue's targets are for 1
+and 8.
 
 Brokers (``--brokers``, default ``kayak,kafka``; ``tansu`` too if installed): kayak's
 (``python -m kayak broker --flush never``), Apache Kafka 4.3 (bench/kafka_peer.py) and Tansu
@@ -93,6 +99,7 @@ READERS = {
     "kayak": Reader("kayak getmany", "kayak"),
     "kayak-values": Reader("kayak getmany_values", "kayak-values"),
     "kayak-iter": Reader("kayak async for", "kayak-iter"),
+    "kayak-poll": Reader("kayak poll (sync, per record)", "kayak-poll"),
     "confluent": Reader("confluent-kafka consume", "confluent"),
     "java": Reader("Java consumer poll", "java"),
     "aiokafka": Reader("aiokafka getmany", "aiokafka"),
@@ -136,13 +143,17 @@ class Sample:
 # -- the Python readers (each runs in its own process) ---------------------------------------
 
 
+PARTITIONS = int(os.environ.get("BENCH_CONSUME_PARTITIONS", "1"))  # set by --partitions
+
+
 async def _kayak(bootstrap: str, records: int, config: dict[str, Any], mode: str) -> float:
     from kayak.client.consumer import Consumer, TopicPartition
 
-    tp = TopicPartition(TOPIC, 0)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     async with Consumer({"bootstrap.servers": bootstrap, **config}) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
         count = total = 0
         child_ready()
         started = time.perf_counter()
@@ -178,6 +189,27 @@ def _finish(started: float, count: int, records: int, total: int) -> float:
     return elapsed
 
 
+def read_kayak_sync(bootstrap: str, records: int, config: dict[str, Any]) -> None:
+    """The blocking facade, one record per step (``for record in consumer``)."""
+    from kayak.client.sync import Consumer, TopicPartition
+
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    consumer = Consumer({"bootstrap.servers": bootstrap, **config})
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    count = total = 0
+    child_ready()
+    started = time.perf_counter()
+    for record in consumer:
+        total += len(record.value or b"")
+        count += 1
+        if count >= records:
+            break
+    _finish(started, count, records, total)
+    consumer.close()
+
+
 def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> None:
     import confluent_kafka
 
@@ -189,7 +221,7 @@ def read_confluent(bootstrap: str, records: int, config: dict[str, Any]) -> None
             **config,
         }
     )
-    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+    consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     count = total = 0
     child_ready()
     started = time.perf_counter()
@@ -209,9 +241,10 @@ async def _aiokafka(bootstrap: str, records: int) -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        tp = TopicPartition(TOPIC, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
         count = total = 0
         child_ready()
         started = time.perf_counter()
@@ -230,9 +263,10 @@ def read_kafka_python(bootstrap: str, records: int) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    tp = TopicPartition(TOPIC, 0)
-    consumer.assign([tp])
-    consumer.seek(tp, 0)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
     count = total = 0
     child_ready()
     started = time.perf_counter()
@@ -249,6 +283,7 @@ READ_FUNCTIONS: dict[str, Callable[[str, int, dict[str, Any]], object]] = {
     "kayak": lambda b, n, c: run_async(_kayak(b, n, c, "records")),
     "kayak-values": lambda b, n, c: run_async(_kayak(b, n, c, "values")),
     "kayak-iter": lambda b, n, c: run_async(_kayak(b, n, c, "iter")),
+    "kayak-poll": read_kayak_sync,
     "confluent": read_confluent,
     "aiokafka": lambda b, n, c: run_async(_aiokafka(b, n)),
     "kafka-python": lambda b, n, c: read_kafka_python(b, n),
@@ -260,7 +295,7 @@ def reader_command(reader: Reader, bootstrap: str, records: int) -> list[str]:
     if reader.client == "java":
         settings = [f"{key}={value}" for key, value in reader.config.items()]
         return java_client_command(
-            CONSUMER, [bootstrap, TOPIC, records, JAVA_WARM_UP_RECORDS, *settings]
+            CONSUMER, [bootstrap, f"{TOPIC}:{PARTITIONS}", records, JAVA_WARM_UP_RECORDS, *settings]
         )
     return [
         sys.executable, __file__, "--read", reader.client, "--bootstrap", bootstrap,
@@ -294,7 +329,7 @@ def fill(bootstrap: str, size: int, value_size: int) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -310,7 +345,7 @@ def fill(bootstrap: str, size: int, value_size: int) -> int:
     for i in range(records):
         while True:
             try:
-                producer.produce(TOPIC, values[i % DISTINCT_VALUES], partition=0)
+                producer.produce(TOPIC, values[i % DISTINCT_VALUES], partition=i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -342,6 +377,9 @@ def profile(bootstrap: str, records: int, config: dict[str, Any]) -> None:
 
 def main() -> None:
     args = parse_args()
+    global PARTITIONS
+    PARTITIONS = args.partitions
+    os.environ["BENCH_CONSUME_PARTITIONS"] = str(args.partitions)  # for the readers' processes
     if args.read:
         READ_FUNCTIONS[args.read](args.bootstrap, args.records, json.loads(args.config))
         return
@@ -426,7 +464,7 @@ def report(
     print()
     runs = len(next(iter(samples.values()), []))
     print(
-        f"one partition, {args.value_size}-byte values, medians of {runs} run(s); "
+        f"{args.partitions} partition(s), {args.value_size}-byte values, medians of {runs} run(s); "
         "CPU from /proc over the timed read"
     )
     print(table.markdown() if args.markdown else table.text())
@@ -438,6 +476,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="64 MiB, one run, short warm-up")
     parser.add_argument("--size", type=float, default=1024, help="MiB of values to write")
     parser.add_argument("--runs", type=int, default=3, help="runs to take medians of")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help="partitions to fill")
     parser.add_argument("--value-size", type=int, default=1024, help="bytes per value")
     parser.add_argument("--readers", help=f"comma-separated, of: {','.join(READERS)}")
     parser.add_argument("--brokers", default="kayak,kafka", help="of kayak, kafka, tansu")

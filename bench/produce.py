@@ -12,6 +12,9 @@ every row is "messages/s with 1,000 messages in flight at most". Clients:
   callbacks do), then ``await producer.flush()``;
 * ``kayak send_batch``: ``await (await producer.send_batch(topic, group))``;
 * ``confluent-kafka``: ``produce()`` per message, then ``flush()`` (librdkafka 2.x);
+* ``confluent-kafka (callback)``: ``produce(..., on_delivery=callback)`` per message and
+  ``poll(0)`` after each 1,000, then ``flush()``: the like-for-like peer of ``kayak produce``
+  (a delivery report per record), whose ratio to it is printed under the table;
 * ``Java producer``: Kafka 4.3's ``KafkaProducer.send(record, callback)`` per message (a
   delivery report per record, as confluent-kafka's callbacks give them), then ``flush()``
   (bench/java/ProducerBench.java, compiled on first use);
@@ -86,14 +89,15 @@ from jvm_clients import PRODUCER, java_client_command
 
 SIZES = (10, 100, 1000)
 CLIENTS = (
-    "kayak-send", "kayak-produce", "kayak-send_batch", "confluent-kafka", "java", "aiokafka",
-    "kafka-python",
+    "kayak-send", "kayak-produce", "kayak-send_batch", "confluent-kafka",
+    "confluent-kafka-callback", "java", "aiokafka", "kafka-python",
 )  # fmt: skip
 LABELS = {
     "kayak-send": "kayak send",
     "kayak-produce": "kayak produce",
     "kayak-send_batch": "kayak send_batch",
     "confluent-kafka": "confluent-kafka",
+    "confluent-kafka-callback": "confluent-kafka (callback)",
     "java": "Java producer",
     "aiokafka": "aiokafka",
     "kafka-python": "kafka-python",
@@ -314,7 +318,21 @@ def main() -> None:
     )
     table = report(results, names, clients, sizes)
     print(table.markdown() if args.markdown else table.text())
+    print_callback_ratios(results, names, clients, sizes)
     plot_table(args.plot, "client_produce", table)
+
+
+def print_callback_ratios(
+    results: Results, broker_names: list[str], clients: list[str], sizes: list[int]
+) -> None:
+    """kayak ``produce`` (a callback per record) over confluent-kafka with a callback per
+    record: the like-for-like ratio, paired within each run."""
+    if not {"kayak-produce", "confluent-kafka-callback"} <= set(clients):
+        return
+    for broker_name in broker_names:
+        for size in sizes:
+            ratio = _versus(results, broker_name, "kayak-produce", "confluent-kafka-callback", size)
+            print(f"kayak produce / confluent-kafka (callback), {broker_name}, {size:,} B: {ratio}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """bench/produce.py's Python clients, each run in a child process of its own (``produce.py
 --child CLIENT``): kayak's producer (``send`` or ``produce`` per message, or ``send_batch``),
-confluent-kafka,
+confluent-kafka (``produce`` alone, or with a delivery callback per message),
 aiokafka and kafka-python, each sending groups of 1,000 values and waiting for each group to be
 acknowledged; and the settings every client is tuned with (the Java client's too).
 
@@ -120,7 +120,19 @@ def bench_kayak(
     _run_async(main())
 
 
-def bench_confluent(bootstrap: str, topic: str, messages: int, size: int, compression: str) -> None:
+def bench_confluent(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    size: int,
+    compression: str,
+    *,
+    callback: bool = False,
+) -> None:
+    """``produce()`` per message, then ``flush()``; with ``callback`` each ``produce`` names an
+    ``on_delivery`` callback (a report per record, the peer of kayak's ``produce(...,
+    on_delivery=)``) and ``poll(0)`` serves the reports every 1,000 messages, as an
+    application would."""
     import confluent_kafka
 
     groups = value_groups(messages, size)
@@ -141,12 +153,27 @@ def bench_confluent(bootstrap: str, topic: str, messages: int, size: int, compre
         producer.produce(topic, value)
     producer.flush(30)
 
+    delivered = 0
+
+    def on_delivery(error: Any, message: Any) -> None:
+        nonlocal delivered
+        if error is not None:
+            raise RuntimeError(f"confluent-kafka could not deliver: {error}")
+        delivered += 1
+
     def run() -> None:
-        produce, flush = producer.produce, producer.flush
+        produce, flush, poll = producer.produce, producer.flush, producer.poll
         for group in groups:
-            for value in group:
-                produce(topic, value)
+            if callback:
+                for value in group:
+                    produce(topic, value, on_delivery=on_delivery)
+                poll(0)
+            else:
+                for value in group:
+                    produce(topic, value)
             flush(30)
+        if callback and delivered != sum(len(group) for group in groups):
+            raise RuntimeError(f"confluent-kafka reported {delivered} deliveries")
         if len(producer):
             raise RuntimeError(f"confluent-kafka left {len(producer)} messages undelivered")
 
@@ -225,6 +252,8 @@ def child_main(args: argparse.Namespace) -> None:
         bench_kayak(*common, mode=client.removeprefix("kayak-"))
     elif client == "confluent-kafka":
         bench_confluent(*common)
+    elif client == "confluent-kafka-callback":
+        bench_confluent(*common, callback=True)
     elif client == "aiokafka":
         bench_aiokafka(*common)
     elif client == "kafka-python":

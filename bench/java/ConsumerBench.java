@@ -13,6 +13,7 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -26,7 +27,13 @@ public final class ConsumerBench {
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
-        TopicPartition partition = new TopicPartition(args[1], 0);
+        // "topic" (partition 0) or "topic:N" (partitions 0..N-1, read from offset 0).
+        String[] topicAndCount = args[1].split(":", 2);
+        int count = topicAndCount.length > 1 ? Integer.parseInt(topicAndCount[1]) : 1;
+        List<TopicPartition> partitions = new ArrayList<>();
+        for (int p = 0; p < count; p++) {
+            partitions.add(new TopicPartition(topicAndCount[0], p));
+        }
         long records = Long.parseLong(args[2]);
         long warmUp = Math.min(records, Long.parseLong(args[3]));
         Properties config = new Properties();
@@ -45,13 +52,17 @@ public final class ConsumerBench {
         // The warm-up reads with a consumer of its own: seeking one consumer back would leave
         // its prefetch at the log end waiting out fetch.max.wait.ms on the broker.
         try (KafkaConsumer<byte[], byte[]> warming = new KafkaConsumer<>(config)) {
-            warming.assign(List.of(partition));
-            warming.seek(partition, 0);
+            warming.assign(partitions);
+            for (TopicPartition partition : partitions) {
+                warming.seek(partition, 0);
+            }
             read(warming, warmUp);
         }
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config)) {
-            consumer.assign(List.of(partition));
-            consumer.seek(partition, 0);
+            consumer.assign(partitions);
+            for (TopicPartition partition : partitions) {
+                consumer.seek(partition, 0);
+            }
             System.out.println("READY");
             System.out.flush();
             parent.readLine();

@@ -48,6 +48,7 @@ from kayak.client.admin import Admin as AsyncAdmin
 from kayak.client.config import AdminConfig, ConsumerConfig
 from kayak.client.consumer import Consumer as AsyncConsumer
 from kayak.client.consumer import ConsumerRecord
+from kayak.client.consumer.iteration import Handout
 from kayak.client.producer import Producer as AsyncProducer
 from kayak.client.producer.threaded import ThreadedProduce
 from kayak.client.types import TopicPartition
@@ -549,7 +550,17 @@ class Consumer(SyncFacade[AsyncConsumer]):
     def __init__(
         self, config: Mapping[str, object] | ConsumerConfig | None = None, /, **kwargs: Any
     ) -> None:
+        # Set before the facade starts the consumer (start goes through _call).
+        self._handout: Handout | None = None
         super().__init__(lambda: AsyncConsumer(config, **kwargs), start=True)
+        self._handout = Handout(self._target, self._loop.run)
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        # Records the iterator peeked and handed out are taken first (see
+        # kayak.client.consumer.iteration), so every other call sees per-record positions.
+        if self._handout is not None:
+            self._handout.settle_pending()
+        return super()._call(name, *args, **kwargs)
 
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -558,7 +569,10 @@ class Consumer(SyncFacade[AsyncConsumer]):
         return self.getmany(timeout_ms=timeout_ms, max_records=max_records)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        return BlockingIterator(self._loop, self._loop.call(self._target.__aiter__))
+        """One record per step, as ``async for`` gives them; records already buffered are
+        handed out without a trip to the loop thread per record."""
+        assert self._handout is not None
+        return _RecordIterator(self._handout)
 
     getmany = blocking(AsyncConsumer.getmany)
     getmany_values = blocking(AsyncConsumer.getmany_values)
@@ -585,6 +599,17 @@ class Consumer(SyncFacade[AsyncConsumer]):
     last_stable_offset = on_loop(AsyncConsumer.last_stable_offset)
     group_metadata = on_loop(AsyncConsumer.group_metadata)
     statistics = on_loop(AsyncConsumer.statistics)
+
+
+class _RecordIterator(Iterator[ConsumerRecord]):
+    def __init__(self, handout: Handout) -> None:
+        self._next = handout.next
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        return self._next()
 
 
 def wrap(factory: Callable[[], T], *, start: bool = False) -> SyncFacade[T]:

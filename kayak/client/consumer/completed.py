@@ -132,6 +132,11 @@ class CompletedFetch:
         return self.state.epoch == self.epoch
 
     @property
+    def has_more_in_batch(self) -> bool:
+        """Records of the current batch are left (so not ``exhausted``)."""
+        return self._index < len(self._items)
+
+    @property
     def exhausted(self) -> bool:
         return self._index >= len(self._items) and self._next_batch >= len(self._headers)
 
@@ -168,6 +173,13 @@ class CompletedFetch:
         self._index += 1
         self._advance_position(record.offset + 1)
         return record
+
+    def peek(self, limit: int) -> list[ConsumerRecord]:
+        """Up to ``limit`` of the current batch's records still to hand out, not taken."""
+        if not self._items_are_records:
+            return []
+        records: list[ConsumerRecord] = self._items  # type: ignore[assignment]
+        return records[self._index : self._index + limit]
 
     def take_values(self, limit: int) -> list[bytes | None]:
         """Up to ``limit`` values (keys, headers and timestamps never decoded) and how many."""

@@ -452,6 +452,48 @@ class Consumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        # A buffered record is served without a suspension (and without the getone
+        # coroutine), which was most of the cost of a record iterated; the loop still gets
+        # a turn every _RECORDS_BETWEEN_YIELDS records (in getone).
+        if self._since_yield < _RECORDS_BETWEEN_YIELDS:
+            record = self._take_buffered()
+            if record is not None:
+                self._since_yield += 1
+                return record
+        return await self._anext_slowly()
+
+    def _ready_for_buffered(self) -> Fetcher | None:
+        """What ``getone`` does before taking a record (processed positions, liveness), and
+        the fetcher if nothing is pending that it would raise first; else None."""
+        fetcher = self._fetcher
+        if fetcher is None:
+            return None
+        for state in self._returned:
+            state.processed = state.position
+        group = self._group
+        if group is not None:
+            group.polled()
+        if (
+            self._closed
+            or fetcher.has_errors
+            or (group is not None and group.error is not None)
+            or (self._positions is not None and self._positions.has_error)
+        ):
+            return None
+        return fetcher
+
+    def _take_buffered(self) -> ConsumerRecord | None:
+        """The next record if one is buffered and nothing is pending, as ``getone``."""
+        fetcher = self._ready_for_buffered()
+        taken = fetcher.take_one(None) if fetcher is not None else None
+        if taken is None:
+            return None
+        state, record = taken
+        self._returned = [state]
+        return record
+
+    async def _anext_slowly(self) -> ConsumerRecord:
+        """``getone`` (errors raised, waits for data, a turn for the loop every so often)."""
         if self._closed:
             raise StopAsyncIteration
         try:

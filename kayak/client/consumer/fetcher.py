@@ -470,6 +470,11 @@ class Fetcher:
 
     # -- the application's side ---------------------------------------------------------
 
+    @property
+    def has_errors(self) -> bool:
+        """An error waits for :meth:`raise_errors`."""
+        return bool(self._errors)
+
     def raise_errors(self) -> None:
         """Raise (once) an error a fetch met that the application must see."""
         if self._errors:
@@ -542,12 +547,14 @@ class Fetcher:
             fetch = self._completed[0]
             state = fetch.state
             if (
-                fetch.is_current
+                fetch.epoch == state.epoch  # fetch.is_current, without a property call
                 and not state.paused
                 and (partitions is None or state.tp in partitions)
                 and self._subscriptions.assignment.get(state.tp) is state
             ):
                 record = fetch.take_one()
+                if record is not None and fetch.has_more_in_batch:
+                    return state, record  # the usual case: no exhausted check needed
                 if fetch.exhausted:
                     self._discard(fetch)
                 if record is not None:
@@ -559,6 +566,21 @@ class Fetcher:
             if record is not None:
                 return fetch.state, record
         return None
+
+    def peek_next(self, limit: int) -> list[ConsumerRecord]:
+        """Up to ``limit`` records that ``take_one(None)`` would return next, not taken: from
+        the oldest response's batch being handed out, or none if that needs more work."""
+        if not self._completed:
+            return []
+        fetch = self._completed[0]
+        state = fetch.state
+        if (
+            fetch.epoch != state.epoch
+            or state.paused
+            or self._subscriptions.assignment.get(state.tp) is not state
+        ):
+            return []
+        return fetch.peek(limit)
 
     def _discard(self, fetch: CompletedFetch) -> None:
         try:

@@ -68,6 +68,11 @@ class PositionLookup:
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0))
 
+    @property
+    def has_error(self) -> bool:
+        """A failed lookup waits for :meth:`raise_error`."""
+        return self._error is not None
+
     def raise_error(self) -> None:
         """Raise (once) what the last lookup failed with."""
         error, self._error = self._error, None
