@@ -1,20 +1,25 @@
-"""Spark batch reads through kayak's data source, against Parquet holding the same rows.
+"""Spark batch reads: its own Kafka source from kayak and from Apache Kafka, kayak's data
+source, and Parquet holding the same rows.
 
-A topic of ``--mib`` MiB (default 1024) of ``--value-size`` byte values (1 KiB) over
-``--partitions`` partitions (4) is produced into kayak's broker (``--flush never``) with
-kayak's producer. Spark (``local[2]``) then runs the same query on two sources, taking
-turns, ``--runs`` times (3):
+A topic of ``--mib`` MiB (default 512) of ``--value-size`` byte values (1 KiB) over
+``--partitions`` partitions (4) is produced with kayak's producer into kayak's broker
+(``--flush never``) and into a single-node KRaft Apache Kafka (bench/kafka_peer.py, Kafka's
+defaults: page cache only too). Spark (``local[2]``, with Spark's Kafka connector jars from
+``make jvm``) then runs the same query on four sources, taking turns, ``--runs`` times (3):
 
-* ``kayak``: ``spark.read.format("kayak")`` over the topic (one task per partition, each
+* ``format("kafka")`` from kayak, and from Apache Kafka: Spark's own Kafka source (JVM);
+* ``format("kayak")`` from kayak: kayak's Python data source (one task per partition, each
   reading its partition with kayak's consumer and handing Spark Arrow batches);
 * ``parquet``: the same rows, written once (in this run) by Spark to Parquet from the topic.
 
 The query is ``count(*)`` plus ``sum(length(value))``, so every value is materialised. The
-table shows rows/s and MiB/s (value bytes) as medians, and the median of the per-run ratios.
+table shows rows/s and MiB/s (value bytes) as medians, the medians of the per-run ratios to
+Parquet and to ``format("kafka")`` from Apache Kafka, and CPU µs per record (user + system,
+/proc) of the Spark JVM, its Python workers and the broker read from.
 
-Run: ``.venv/bin/python bench/spark_read.py [--mib 1024] [--runs 3] [--partitions 4]``;
-``--profile`` profiles one partition's read in this process (cProfile, top functions)
-instead of running Spark.
+Run: ``.venv/bin/python bench/spark_read.py [--mib 512] [--runs 3] [--partitions 4]``
+(``--quick``: 16 MiB, one run, a smoke); ``--profile`` profiles one partition's read from
+kayak in this process (cProfile, top functions) instead of running Spark.
 """
 
 from __future__ import annotations
@@ -27,16 +32,24 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cdc_cpu import own_cpu_s, tree_cpu_s
+from kafka_peer import start_apache_kafka
 from peers import MiB, start_kayak
 from result_tables import Table, add_plot_option, median, paired_ratio, plot_table, spread, times
 
 TOPIC = "spark-bench"
 CHUNK = 2_000  # records per send_batch call
+KAFKA_AT_KAYAK = 'format("kafka") from kayak'
+KAFKA_AT_KAFKA = 'format("kafka") from Apache Kafka'
+KAYAK = 'format("kayak") from kayak'
+PARQUET = "parquet"
 
 
 def fill(bootstrap: str, mib: int, value_size: int, partitions: int) -> int:
@@ -77,7 +90,8 @@ def fill(bootstrap: str, mib: int, value_size: int, partitions: int) -> int:
 def spark_session() -> Any:
     from kayak.pipeline.session import local_spark
 
-    return local_spark("local[2]", "kayak-spark-read-bench", **{"spark.driver.memory": "2g"})
+    settings: dict[str, Any] = {"spark.driver.memory": "2g"}  # keys are Spark's, not keywords
+    return local_spark("local[2]", "kayak-spark-read-bench", kafka_connector=True, **settings)
 
 
 def query(df: Any) -> tuple[int, int, float]:
@@ -113,46 +127,81 @@ def profile_read(bootstrap: str, partitions: int) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
+def spark_processes() -> dict[str, Callable[[], float]]:
+    """CPU seconds so far of the Spark JVM this process launched and of its Python workers."""
+    from cdc_measure import spark_jvm_pid
+
+    jvm = spark_jvm_pid()
+    return {
+        "Spark JVM": lambda: own_cpu_s(jvm),
+        "Python workers": lambda: tree_cpu_s(jvm, without_root=True),
+    }
+
+
 def main() -> None:
     args = parse_args()
     root = Path(args.data_root)
-    broker = start_kayak(root, "never")
+    kayak = start_kayak(root, "never")
+    kafka = start_apache_kafka(root)
     parquet_dir = Path(tempfile.mkdtemp(prefix="kayak-spark-bench-parquet-", dir=root))
     try:
-        print(f"kayak broker at {broker.bootstrap}")
-        records = fill(broker.bootstrap, args.mib, args.value_size, args.partitions)
+        print(f"kayak broker at {kayak.bootstrap}, Apache Kafka at {kafka.bootstrap}")
+        records = fill(kayak.bootstrap, args.mib, args.value_size, args.partitions)
+        if fill(kafka.bootstrap, args.mib, args.value_size, args.partitions) != records:
+            raise RuntimeError("the two brokers were filled with different counts")
         if args.profile:
-            profile_read(broker.bootstrap, args.partitions)
+            profile_read(kayak.bootstrap, args.partitions)
             return
         spark = spark_session()
-        kafka_df = (
-            spark.read.format("kayak")
-            .option("kafka.bootstrap.servers", broker.bootstrap)
-            .option("subscribe", TOPIC)
-            .load()
-        )
+        sources: dict[str, tuple[Any, int | None]] = {
+            KAFKA_AT_KAYAK: (reader(spark, "kafka", kayak.bootstrap), kayak.pid),
+            KAFKA_AT_KAFKA: (reader(spark, "kafka", kafka.bootstrap), kafka.pid),
+            KAYAK: (reader(spark, "kayak", kayak.bootstrap), kayak.pid),
+        }
         started = time.perf_counter()
-        kafka_df.write.mode("overwrite").parquet(str(parquet_dir / "data"))
+        sources[KAYAK][0].write.mode("overwrite").parquet(str(parquet_dir / "data"))
         print(f"  wrote Parquet in {time.perf_counter() - started:.1f} s")
-        parquet_df = spark.read.parquet(str(parquet_dir / "data"))
+        sources[PARQUET] = (spark.read.parquet(str(parquet_dir / "data")), None)
+        spark_cpu = spark_processes()
         # One untimed pass each: Python workers, JIT and page cache warm.
-        query(kafka_df)
-        query(parquet_df)
-        results: dict[str, list[float]] = {"kayak": [], "parquet": []}
-        byte_rates: dict[str, list[float]] = {"kayak": [], "parquet": []}
+        for df, _ in sources.values():
+            query(df)
+        results: dict[str, list[float]] = {name: [] for name in sources}
+        byte_rates: dict[str, list[float]] = {name: [] for name in sources}
+        cpu_us: dict[str, dict[str, list[float]]] = {name: {} for name in sources}
         for run in range(args.runs):
-            for name, df in (("kayak", kafka_df), ("parquet", parquet_df)):
+            for name, (df, broker_pid) in sources.items():
+                groups = dict(spark_cpu)
+                if broker_pid is not None:
+                    groups["broker"] = partial(tree_cpu_s, broker_pid)
+                before = {part: read() for part, read in groups.items()}
                 rows, value_bytes, seconds = query(df)
+                for part, read in groups.items():
+                    used = read() - before[part]
+                    cpu_us[name].setdefault(part, []).append(used / rows * 1e6)
                 if rows != records:
                     raise RuntimeError(f"{name}: {rows:,} rows, expected {records:,}")
                 results[name].append(rows / seconds)
                 byte_rates[name].append(value_bytes / MiB / seconds)
                 print(f"  run {run + 1} {name}: {seconds:.2f} s")
         spark.stop()
-        report(args, records, results, byte_rates)
+        report(args, records, results, byte_rates, cpu_us)
     finally:
-        broker.stop()
+        kayak.stop()
+        kafka.stop()
         shutil.rmtree(parquet_dir, ignore_errors=True)
+
+
+def reader(spark: Any, source: str, bootstrap: str) -> Any:
+    """``spark.read.format(source)`` over the whole topic (earliest to latest)."""
+    return (
+        spark.read.format(source)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
 
 
 def report(
@@ -160,19 +209,27 @@ def report(
     records: int,
     results: dict[str, list[float]],
     byte_rates: dict[str, list[float]],
+    cpu_us: dict[str, dict[str, list[float]]],
 ) -> None:
     print(
         f"\n{records:,} records of {args.value_size} B, {args.partitions} partitions, "
         f"Spark local[2], medians of {args.runs} runs\n"
     )
-    table = Table(["source", "rows/s", "MiB/s", "MiB/s runs (min-max)", "x parquet"])
-    for name in ("kayak", "parquet"):
+    parts = ("Spark JVM", "Python workers", "broker")
+    table = Table(
+        ["source", "rows/s", "MiB/s", "MiB/s runs (min-max)", "x parquet",
+         f"x {KAFKA_AT_KAFKA}", *(f"{part} CPU µs/record" for part in parts)]
+    )  # fmt: skip
+    for name in results:
+        cpu = cpu_us[name]
         table.add(
             name,
             median(results[name]),
             median(byte_rates[name]),
             spread(byte_rates[name]),
-            times(paired_ratio(results[name], results["parquet"])),
+            times(paired_ratio(results[name], results[PARQUET])),
+            times(paired_ratio(results[name], results[KAFKA_AT_KAFKA])),
+            *(median(cpu[part]) if part in cpu else float("nan") for part in parts),
         )
     print(table.markdown() if args.markdown else table.text())
     plot_table(args.plot, "spark_read", table)
@@ -180,15 +237,19 @@ def report(
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=int, default=1024, help="topic size in MiB (1024)")
+    parser.add_argument("--mib", type=int, default=512, help="topic size in MiB (512)")
     parser.add_argument("--value-size", type=int, default=1024, help="bytes per value (1024)")
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions (4)")
     parser.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
     parser.add_argument("--data-root", default=tempfile.gettempdir(), help="scratch space")
     parser.add_argument("--profile", action="store_true", help="cProfile one partition's read")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--quick", action="store_true", help="a smoke: 16 MiB, one run")
     add_plot_option(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.quick:
+        args.mib, args.runs = 16, 1
+    return args
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+"""The processes of the capture benchmark (bench/cdc_capture.py): kayak's broker with its
+schema registry, ``kayak cdc run``, and Debezium's PostgreSQL connector in Kafka Connect
+standalone. Each is a child process whose pid the benchmark reads CPU from.
+
+Kafka Connect runs with the JVM options of Kafka's ``connect-standalone.sh`` (heap
+``-Xms256M -Xmx2G``, and ``kafka-run-class.sh``'s G1 and JIT options), not the test fixtures'
+start-up-friendly ones (client compiler only, serial collector), which would handicap it.
+Debezium's settings are its defaults but for ``poll.interval.ms=100`` (the tests' value: the
+connector waits less for the last changes, which can only favour Debezium here) and
+JsonConverter: no Avro converter is among the jars ``make jvm`` fetches (Confluent's is not
+on Maven Central), so Debezium writes JSON while kayak writes Avro through its registry.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka_peer import BROKER_JVM_OPTIONS, KAFKA_HEAP
+from peers import HOST, REPO, BrokerProcess, free_port, scratch_dir
+
+from tests.fixtures.jvm import java_command, write_properties
+from tests.jvm.peer_support import (
+    STANDALONE,
+    Background,
+    debezium_postgres_config,
+    wait_until,
+    worker_properties,
+)
+
+_LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
+_REGISTRY = re.compile(r"schema registry on (https?://\S+)")
+_START_TIMEOUT = 60.0
+# connect-standalone.sh: KAFKA_HEAP_OPTS="-Xms256M -Xmx2G"; the rest as kafka-run-class.sh.
+CONNECT_JVM_OPTIONS = (
+    "-Xms256m",
+    "-Xmx2g",
+    *(o for o in BROKER_JVM_OPTIONS if o not in KAFKA_HEAP),
+)
+# The capture's database connections say who they are, so their backends can be told apart.
+CAPTURE_APPLICATION = "bench_capture"
+
+
+@dataclass
+class RegistryBroker:
+    """kayak's broker serving its schema registry (``kayak cdc run`` needs one for Avro)."""
+
+    broker: BrokerProcess
+    registry_url: str
+
+
+def start_kayak_with_registry(root: Path, flush: str) -> RegistryBroker:
+    """``python -m kayak broker`` on free ports (Kafka and registry), fresh data directory."""
+    data_dir = scratch_dir(root, f"kayak-capture-{flush}-")
+    log_path = data_dir / "broker.log"
+    args = [
+        sys.executable, "-m", "kayak", "broker", "--data-dir", str(data_dir / "data"),
+        "--host", HOST, "--port", "0", "--flush", flush, "--schema-registry-port", "0",
+    ]  # fmt: skip
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO)
+    deadline = time.monotonic() + _START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"kayak broker exited: {log_path.read_text()[-2000:]}")
+        text = log_path.read_text()
+        port, registry = _LISTENING.findall(text), _REGISTRY.findall(text)
+        if port and registry:
+            broker = BrokerProcess(
+                f"kayak ({flush})", process, int(port[-1][1]), log_path, data_dir
+            )
+            return RegistryBroker(broker, registry[-1])
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"kayak broker did not start: {log_path.read_text()[-2000:]}")
+
+
+def with_application(dsn: str) -> str:
+    """``dsn`` with the capture's libpq application name."""
+    return f"{dsn}{'&' if '?' in dsn else '?'}application_name={CAPTURE_APPLICATION}"
+
+
+def enable_kayak_capture(dsn: str, slot: str) -> None:
+    """``kayak cdc enable``: the publication kayak's capture reads (outside the timing)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kayak", "cdc", "enable", dsn, "orders", "--slot", slot],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"kayak cdc enable failed: {done.stderr[-2000:]}")
+
+
+def start_kayak_capture(
+    directory: Path, dsn: str, bootstrap: str, registry_url: str, slot: str, value_format: str
+) -> Background:
+    """``kayak cdc run`` of ``orders`` into topic ``kayak.public.orders``, in the background."""
+    command = [
+        sys.executable, "-m", "kayak", "cdc", "run", with_application(dsn), "orders",
+        "-b", bootstrap, "--registry-url", registry_url, "--slot", slot,
+        "--prefix", "kayak", "--format", value_format, "--status-interval", "5",
+    ]  # fmt: skip
+    capture = Background(command, directory / "kayak-cdc.log").start()
+    capture.wait_for("capturing orders", timeout=120)
+    return capture
+
+
+def start_debezium(directory: Path, dsn: str, bootstrap: str, slot: str) -> Background:
+    """Connect standalone running Debezium's PostgreSQL connector on ``orders`` into topic
+    ``debezium.public.orders``; returns once Connect's REST API lists the connector."""
+    connector = debezium_postgres_config(
+        dsn, name="bench-debezium", prefix="debezium", tables=["public.orders"], slot=slot
+    )
+    properties = worker_properties(
+        bootstrap, free_port(),
+        **{"offset.storage.file.filename": directory / "offsets.dat",
+           # Connect's default is 60 s; offsets are committed during the run, as in service.
+           "offset.flush.interval.ms": 10_000},
+    )  # fmt: skip
+    worker = write_properties(directory / "worker.properties", properties)
+    connector_file = write_properties(directory / "debezium.properties", connector)
+    command = java_command(
+        STANDALONE, [str(worker), str(connector_file)], jvm_options=CONNECT_JVM_OPTIONS
+    )
+    jvm = Background(command, directory / "connect.log").start()
+    rest = str(properties["listeners"])
+
+    def connector_running() -> bool:
+        import json
+        import urllib.request
+
+        if not jvm.alive():
+            raise RuntimeError(f"Connect exited:\n{jvm.output()[-4000:]}")
+        try:
+            with urllib.request.urlopen(
+                f"{rest}/connectors/bench-debezium/status", timeout=10
+            ) as r:
+                status = json.loads(r.read())
+        except OSError:
+            return False
+        states = [status["connector"]["state"], *(t["state"] for t in status["tasks"])]
+        if "FAILED" in states:
+            raise RuntimeError(f"Debezium failed: {json.dumps(status)[:3000]}")
+        return bool(status["tasks"]) and set(states) == {"RUNNING"}
+
+    try:
+        wait_until(connector_running, bool, 300, "Debezium's connector running")
+    except BaseException:
+        jvm.stop()
+        raise
+    return jvm
