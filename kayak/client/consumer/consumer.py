@@ -17,8 +17,8 @@ Reading a manual assignment, in batches::
 
 Fetching runs in the background from the moment partitions are assigned (see
 :mod:`.fetcher`); polling (``getmany``, ``getone``, iteration) only decodes what already
-arrived, waiting up to ``timeout_ms`` when nothing has. ``getmany_values`` is the fast path
-for applications that need only values.
+arrived, waiting up to ``timeout_ms`` when nothing has (:mod:`.polling`). ``getmany_values``
+is the fast path for applications that need only values.
 
 Offsets: a poll hands records out and moves each partition's ``position`` past them.
 ``commit()`` commits positions; auto-commit (``enable.auto.commit``) commits, every
@@ -32,20 +32,19 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
 from kayak.client.consumer.commits import CommitCallback, commit_and_report, offsets_to_commit
-from kayak.client.consumer.errors import ConsumerClosedError
 from kayak.client.consumer.fetcher import Fetcher, FetchStats
 from kayak.client.consumer.group import GroupMember
 from kayak.client.consumer.listener import RebalanceListener, call_listener
 from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, list_offsets
+from kayak.client.consumer.polling import RecordPolling
 from kayak.client.consumer.position_lookup import PositionLookup
-from kayak.client.consumer.records import ConsumerRecord
 from kayak.client.consumer.statistics import ConsumerStatistics
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
 from kayak.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
@@ -53,12 +52,8 @@ from kayak.errors import ConfigError, KayakError
 
 __all__ = ["Consumer"]
 
-# Hand this many records out through getone()/iteration between chances for the event loop
-# to take in responses and send the next fetches.
-_RECORDS_BETWEEN_YIELDS = 500
 
-
-class Consumer:
+class Consumer(RecordPolling):
     """Reads records from Kafka partitions: a group's share of subscribed topics, or a
     manual assignment. Configure by Kafka property names (``ConsumerConfig``)."""
 
@@ -149,16 +144,6 @@ class Consumer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ConsumerClosedError("the consumer is closed")
-
-    def _require_started(self) -> tuple[Cluster, Fetcher]:
-        self._check_open()
-        if self._cluster is None or self._fetcher is None:
-            raise KayakError("the consumer is not started: await consumer.start() first")
-        return self._cluster, self._fetcher
 
     # -- what to read ---------------------------------------------------------------------
 
@@ -317,15 +302,6 @@ class Consumer:
         if self._positions is not None:
             self._positions.schedule()
 
-    async def _positions_ready(self, deadline: float) -> None:
-        """Wait (until ``deadline``) for a position lookup that is due."""
-        if self._positions is not None:
-            await self._positions.ready(deadline)
-
-    def _raise_position_error(self) -> None:
-        if self._positions is not None:
-            self._positions.raise_error()
-
     async def _committed_lookup(
         self, partitions: set[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -333,173 +309,6 @@ class Consumer:
         return await self._group.committed(
             partitions, timeout=self.config.default_api_timeout_ms / 1000
         )
-
-    # -- polling ------------------------------------------------------------------------
-
-    def _before_poll(self) -> Fetcher:
-        """Bookkeeping every poll starts with: errors to raise, processed positions."""
-        _, fetcher = self._require_started()
-        for state in self._returned:
-            state.processed = state.position
-        self._returned = []
-        if self._group is not None:
-            self._group.polled()
-            error, self._group.error = self._group.error, None
-            if error is not None:
-                raise error
-        self._raise_position_error()
-        fetcher.raise_errors()
-        return fetcher
-
-    def _partitions(self, partitions: tuple[TopicPartition, ...]) -> set[TopicPartition] | None:
-        if not partitions:
-            return None
-        chosen = {TopicPartition(*tp) for tp in partitions}
-        for tp in chosen:
-            self._subscriptions.state(tp)  # raises if not assigned
-        return chosen
-
-    async def getmany(
-        self, *partitions: TopicPartition, max_records: int | None = None, timeout_ms: int = 0
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records by partition (of ``partitions``, or of all assigned), at most
-        ``max_records`` (default ``max.poll.records``), waiting up to ``timeout_ms`` if none
-        have arrived. An empty dict if none did."""
-        records: dict[TopicPartition, list[ConsumerRecord]] = {}
-        fetcher = self._before_poll()
-
-        def take(chosen: set[TopicPartition] | None, limit: int) -> int:
-            return fetcher.take(chosen, limit, records, max_fetches=1)
-
-        await self._poll(partitions, max_records, timeout_ms, take)
-        self._returned = [self._subscriptions.assignment[tp] for tp in records]
-        return records
-
-    async def getmany_values(
-        self, *partitions: TopicPartition, max_records: int | None = None, timeout_ms: int = 0
-    ) -> dict[TopicPartition, list[bytes | None]]:
-        """Like :meth:`getmany`, values only: keys, headers and timestamps are never decoded,
-        no record objects are made. The fast path for reading a log."""
-        values: dict[TopicPartition, list[bytes | None]] = {}
-        fetcher = self._before_poll()
-
-        def take(chosen: set[TopicPartition] | None, limit: int) -> int:
-            return fetcher.take_values(chosen, limit, values, max_fetches=1)
-
-        await self._poll(partitions, max_records, timeout_ms, take)
-        self._returned = [self._subscriptions.assignment[tp] for tp in values]
-        return values
-
-    async def _poll(
-        self,
-        partitions: tuple[TopicPartition, ...],
-        max_records: int | None,
-        timeout_ms: int,
-        take: Callable[[set[TopicPartition] | None, int], int],
-    ) -> None:
-        """Run ``take`` until it has ``max_records``, the buffer is empty, or (with nothing
-        taken) ``timeout_ms`` passes. Between responses' worth of records the event loop
-        gets a turn: arrived responses are taken in and the next fetches sent while the
-        application still has plenty to decode."""
-        _, fetcher = self._require_started()
-        chosen = self._partitions(partitions)
-        limit = max_records or self.config.max_poll_records
-        deadline = time.monotonic() + timeout_ms / 1000
-        await self._positions_ready(deadline)
-        taken = 0
-        while True:
-            await asyncio.sleep(0)
-            if not taken:
-                self._raise_position_error()
-                fetcher.raise_errors()
-            taken += take(chosen, limit - taken)
-            if taken >= limit:
-                return
-            if fetcher.has_buffered(chosen):
-                continue
-            if taken:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            await fetcher.wait_for_data(remaining)
-
-    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
-        """The next record (of ``partitions``, or of all assigned), waiting as long as it
-        takes."""
-        fetcher = self._before_poll()
-        chosen = self._partitions(partitions)
-        while True:
-            taken = fetcher.take_one(chosen)
-            if taken is not None:
-                state, record = taken
-                self._returned = [state]
-                self._since_yield += 1
-                if self._since_yield >= _RECORDS_BETWEEN_YIELDS:
-                    self._since_yield = 0
-                    await asyncio.sleep(0)
-                return record
-            self._since_yield = 0
-            await self._positions_ready(
-                time.monotonic() + self.config.default_api_timeout_ms / 1000
-            )
-            self._raise_position_error()
-            fetcher.raise_errors()
-            await fetcher.wait_for_data(self.config.fetch_max_wait_ms / 1000 or 0.1)
-            self._check_open()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> ConsumerRecord:
-        # A buffered record is served without a suspension (and without the getone
-        # coroutine), which was most of the cost of a record iterated; the loop still gets
-        # a turn every _RECORDS_BETWEEN_YIELDS records (in getone).
-        if self._since_yield < _RECORDS_BETWEEN_YIELDS:
-            record = self._take_buffered()
-            if record is not None:
-                self._since_yield += 1
-                return record
-        return await self._anext_slowly()
-
-    def _ready_for_buffered(self) -> Fetcher | None:
-        """What ``getone`` does before taking a record (processed positions, liveness), and
-        the fetcher if nothing is pending that it would raise first; else None."""
-        fetcher = self._fetcher
-        if fetcher is None:
-            return None
-        for state in self._returned:
-            state.processed = state.position
-        group = self._group
-        if group is not None:
-            group.polled()
-        if (
-            self._closed
-            or fetcher.has_errors
-            or (group is not None and group.error is not None)
-            or (self._positions is not None and self._positions.has_error)
-        ):
-            return None
-        return fetcher
-
-    def _take_buffered(self) -> ConsumerRecord | None:
-        """The next record if one is buffered and nothing is pending, as ``getone``."""
-        fetcher = self._ready_for_buffered()
-        taken = fetcher.take_one(None) if fetcher is not None else None
-        if taken is None:
-            return None
-        state, record = taken
-        self._returned = [state]
-        return record
-
-    async def _anext_slowly(self) -> ConsumerRecord:
-        """``getone`` (errors raised, waits for data, a turn for the loop every so often)."""
-        if self._closed:
-            raise StopAsyncIteration
-        try:
-            return await self.getone()
-        except ConsumerClosedError:
-            raise StopAsyncIteration from None
 
     # -- flow control ---------------------------------------------------------------------
 

@@ -33,12 +33,13 @@ Errors: a moved leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...) refres
 and the partition is fetched from its new leader; OFFSET_OUT_OF_RANGE resets the position by
 ``auto.offset.reset`` (or, with ``none``, raises from the next poll); errors the application
 must see are raised from the next poll.
+
+Handing buffered responses out to polls is the base class's, :mod:`.fetch_buffer`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -46,14 +47,13 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from kayak.client.backoff import backoff_from_config
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
 from kayak.client.connection import BrokerConnection
 from kayak.client.consumer.completed import AbortedTransactions, CompletedFetch
-from kayak.client.consumer.records import ConsumerRecord
+from kayak.client.consumer.fetch_buffer import FetchBuffer
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
 from kayak.client.security.errors import is_authentication_error
 from kayak.client.types import TopicPartition
@@ -71,7 +71,6 @@ from kayak.protocol.primitives import ZERO_UUID
 from kayak.protocol.records import scan_batches
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 __all__ = ["FetchStats", "Fetcher"]
 
@@ -129,7 +128,7 @@ class _Wanted:
         return state.epoch == self.epoch and state.fetch_epoch == self.fetch_epoch
 
 
-class Fetcher:
+class Fetcher(FetchBuffer):
     """Keeps assigned partitions' data flowing into a buffer the consumer drains."""
 
     def __init__(
@@ -468,141 +467,6 @@ class Fetcher:
             await asyncio.sleep(self._retry_backoff.delay(0))
         self.wake()
 
-    # -- the application's side ---------------------------------------------------------
-
-    @property
-    def has_errors(self) -> bool:
-        """An error waits for :meth:`raise_errors`."""
-        return bool(self._errors)
-
-    def raise_errors(self) -> None:
-        """Raise (once) an error a fetch met that the application must see."""
-        if self._errors:
-            error = self._errors.pop(0)
-            raise error
-
-    def _drainable(self, partitions: set[TopicPartition] | None) -> list[CompletedFetch]:
-        """Buffered fetches the application may read now, dropping void ones."""
-        ready = []
-        for fetch in list(self._completed):
-            state = fetch.state
-            if not fetch.is_current or self._subscriptions.assignment.get(state.tp) is not state:
-                self._discard(fetch)
-            elif not state.paused and (partitions is None or state.tp in partitions):
-                ready.append(fetch)
-        return ready
-
-    def take(
-        self,
-        partitions: set[TopicPartition] | None,
-        max_records: int,
-        into: dict[TopicPartition, list[ConsumerRecord]],
-        *,
-        max_fetches: int | None = None,
-    ) -> int:
-        """Move up to ``max_records`` buffered records into ``into`` (by partition, in offset
-        order), from at most ``max_fetches`` responses; returns how many."""
-        taken = 0
-        for count, fetch in enumerate(self._drainable(partitions)):
-            if max_fetches is not None and count >= max_fetches:
-                break
-            records = fetch.take(max_records - taken)
-            if records:
-                _merge(into, fetch.state.tp, records)
-                taken += len(records)
-            if fetch.exhausted:
-                self._discard(fetch)
-            if taken >= max_records:
-                break
-        return taken
-
-    def take_values(
-        self,
-        partitions: set[TopicPartition] | None,
-        max_records: int,
-        into: dict[TopicPartition, list[bytes | None]],
-        *,
-        max_fetches: int | None = None,
-    ) -> int:
-        """Like :meth:`take`, values only (nothing else of a record is decoded)."""
-        taken = 0
-        for count, fetch in enumerate(self._drainable(partitions)):
-            if max_fetches is not None and count >= max_fetches:
-                break
-            values = fetch.take_values(max_records - taken)
-            if values:
-                _merge(into, fetch.state.tp, values)
-                taken += len(values)
-            if fetch.exhausted:
-                self._discard(fetch)
-            if taken >= max_records:
-                break
-        return taken
-
-    def take_one(
-        self, partitions: set[TopicPartition] | None
-    ) -> tuple[PartitionState, ConsumerRecord] | None:
-        """The next buffered record and its partition's state, or None."""
-        if self._completed:  # the usual case, first: the oldest response has one
-            fetch = self._completed[0]
-            state = fetch.state
-            if (
-                fetch.epoch == state.epoch  # fetch.is_current, without a property call
-                and not state.paused
-                and (partitions is None or state.tp in partitions)
-                and self._subscriptions.assignment.get(state.tp) is state
-            ):
-                record = fetch.take_one()
-                if record is not None and fetch.has_more_in_batch:
-                    return state, record  # the usual case: no exhausted check needed
-                if fetch.exhausted:
-                    self._discard(fetch)
-                if record is not None:
-                    return state, record
-        for fetch in self._drainable(partitions):
-            record = fetch.take_one()
-            if fetch.exhausted:
-                self._discard(fetch)
-            if record is not None:
-                return fetch.state, record
-        return None
-
-    def peek_next(self, limit: int) -> list[ConsumerRecord]:
-        """Up to ``limit`` records that ``take_one(None)`` would return next, not taken: from
-        the oldest response's batch being handed out, or none if that needs more work."""
-        if not self._completed:
-            return []
-        fetch = self._completed[0]
-        state = fetch.state
-        if (
-            fetch.epoch != state.epoch
-            or state.paused
-            or self._subscriptions.assignment.get(state.tp) is not state
-        ):
-            return []
-        return fetch.peek(limit)
-
-    def _discard(self, fetch: CompletedFetch) -> None:
-        try:
-            self._completed.remove(fetch)
-        except ValueError:
-            return
-        self._buffered_bytes -= fetch.size
-        if fetch.is_current:
-            fetch.state.buffered_bytes -= fetch.size
-        self.wake()
-
-    def has_buffered(self, partitions: set[TopicPartition] | None = None) -> bool:
-        return bool(self._drainable(partitions))
-
-    async def wait_for_data(self, timeout: float) -> None:
-        """Return when a response arrives (or ``timeout`` seconds pass)."""
-        self._data_ready.clear()
-        if timeout <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._data_ready.wait(), timeout)
-
     # -- closing ------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -618,13 +482,6 @@ class Fetcher:
             await asyncio.gather(*pending, return_exceptions=True)
         self._completed.clear()
         self._buffered_bytes = 0
-
-
-def _merge(into: dict[TopicPartition, list[T]], tp: TopicPartition, items: list[T]) -> None:
-    if tp in into:
-        into[tp] += items
-    else:
-        into[tp] = items
 
 
 def _topic_id(info: object) -> uuid.UUID:

@@ -1,4 +1,5 @@
-"""This consumer as a member of its group (Kafka's classic group protocol) and its commits.
+"""This consumer as a member of its group (Kafka's classic group protocol): joining,
+heartbeats, rebalances, leaving.
 
 Membership runs in the background: find the coordinator, JoinGroup (rejoining at once with
 the id a MEMBER_ID_REQUIRED answer carries), the leader runs the assignor, SyncGroup hands
@@ -11,19 +12,17 @@ revokes every partition before rejoining with eager assignors (range, roundrobin
 the partitions that move, after the new assignment, with cooperative-sticky (then the member
 rejoins once more so the leader can give them to their new owner).
 
-The coordinator gets a connection of its own, never the one fetches use: a fetch held for
-``fetch.max.wait.ms`` must not delay a heartbeat or a commit queued behind it.
+The coordinator connection is :mod:`.group_coordinator`'s; commits and committed offsets
+are :mod:`.group_commits`' (``GroupMember`` builds on both).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeGuard, TypeVar
 
 from kayak.client.backoff import backoff_from_config
 from kayak.client.cluster import Cluster
@@ -37,35 +36,30 @@ from kayak.client.consumer.assignors import (
     encode_subscription,
     make_assignors,
 )
-from kayak.client.consumer.errors import CommitFailedError
+from kayak.client.consumer.group_commits import GroupCommits
+from kayak.client.consumer.group_coordinator import (
+    COORDINATOR_MOVED,
+    MEMBERSHIP_GONE,
+    MemberState,
+    Retry,
+    is_fatal,
+)
 from kayak.client.consumer.listener import call_listener
 from kayak.client.consumer.subscription import SubscriptionState
-from kayak.client.security.errors import is_authentication_error
 from kayak.client.statistics import ConnectionCounters
 from kayak.client.types import OffsetAndMetadata, TopicPartition
 from kayak.errors import (
     ErrorClass,
     ErrorCode,
     KafkaError,
-    KafkaTimeoutError,
     KayakError,
     error_for_code,
 )
-from kayak.protocol.messages.find_coordinator_request import FindCoordinatorRequest
-from kayak.protocol.messages.find_coordinator_response import FindCoordinatorResponse
 from kayak.protocol.messages.heartbeat_request import HeartbeatRequest
 from kayak.protocol.messages.heartbeat_response import HeartbeatResponse
 from kayak.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
 from kayak.protocol.messages.join_group_response import JoinGroupResponse
 from kayak.protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
-from kayak.protocol.messages.offset_commit_request import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-)
-from kayak.protocol.messages.offset_commit_response import OffsetCommitResponse
-from kayak.protocol.messages.offset_fetch_request import OffsetFetchRequest, OffsetFetchRequestTopic
-from kayak.protocol.messages.offset_fetch_response import OffsetFetchResponse
 from kayak.protocol.messages.sync_group_request import SyncGroupRequest, SyncGroupRequestAssignment
 from kayak.protocol.messages.sync_group_response import SyncGroupResponse
 
@@ -74,40 +68,12 @@ log = logging.getLogger(__name__)
 __all__ = ["GroupMember", "MemberState"]
 
 PROTOCOL_TYPE = "consumer"
-# Highest versions used: FindCoordinator 4 batches keys; OffsetFetch 8 changes layout (groups).
-_FIND_COORDINATOR_MAX = 4
-_OFFSET_FETCH_MAX = 7
-_OFFSET_COMMIT_MAX = 8
+
 _JOIN_GROUP_MAX = 9
 _SLACK = 5.0  # seconds a held JoinGroup may take beyond the rebalance timeout
 
-_COORDINATOR_MOVED = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
-)
-_MEMBERSHIP_GONE = frozenset(
-    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
-)
-T = TypeVar("T")
 
-
-def _is_fatal(exc: BaseException) -> TypeGuard[KayakError]:
-    """Not worth retrying: a fatal Kafka error, or refused credentials or certificates."""
-    fatal_code = isinstance(exc, KafkaError) and exc.error_class is ErrorClass.FATAL
-    return fatal_code or is_authentication_error(exc)
-
-
-class MemberState(enum.Enum):
-    UNJOINED = "unjoined"
-    REBALANCING = "rebalancing"
-    STABLE = "stable"
-    CLOSED = "closed"
-
-
-class _Retry(KayakError):
-    """A step of the group protocol must start over (after a backoff)."""
-
-
-class GroupMember:
+class GroupMember(GroupCommits):
     """Joins, heartbeats, rebalances, commits and leaves; see the module docstring."""
 
     def __init__(
@@ -168,14 +134,6 @@ class GroupMember:
         if not task.cancelled() and task.exception() is not None:
             log.error("group %s: %s task failed", self.group_id, name, exc_info=task.exception())
 
-    def request_rejoin(self, reason: str) -> None:
-        if self.state is MemberState.CLOSED:
-            return
-        if not self._rejoin.is_set():
-            log.info("group %s: rejoining (%s)", self.group_id, reason)
-        self._rejoin.set()
-        self._stable.clear()
-
     def polled(self) -> None:
         """The application asked for records: it is alive (``max.poll.interval.ms``)."""
         self._last_poll = time.monotonic()
@@ -225,7 +183,7 @@ class GroupMember:
                 await self._join_and_sync()
                 attempt = 0
             except (KayakError, OSError) as exc:
-                if _is_fatal(exc):
+                if is_fatal(exc):
                     log.error("group %s: %s", self.group_id, exc)
                     self.error = exc  # raised from the next poll; joining goes on
                 else:
@@ -325,7 +283,7 @@ class GroupMember:
     def _join_error(self, code: int) -> None:
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:
             self._coordinator_lost()
         error = error_for_code(code)
         if error.error_class is ErrorClass.FATAL and code not in (
@@ -334,7 +292,7 @@ class GroupMember:
             ErrorCode.ILLEGAL_GENERATION,
         ):
             raise error(f"joining group {self.group_id}: {error.default_message}")
-        raise _Retry(f"JoinGroup: {error.error_name}")
+        raise Retry(f"JoinGroup: {error.error_name}")
 
     async def _assign(self, join: JoinGroupResponse) -> dict[str, bytes]:
         """As leader: every member's assignment, encoded."""
@@ -399,17 +357,17 @@ class GroupMember:
 
     def _membership_error(self, code: int, what: str) -> None:
         """Act on a group error code: reset what it invalidates, then raise."""
-        if code in _MEMBERSHIP_GONE:
+        if code in MEMBERSHIP_GONE:
             self._lost = bool(self._subscriptions.assignment)
             self.generation = -1
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:
             self._coordinator_lost()
         error = error_for_code(code)
         if code == ErrorCode.FENCED_INSTANCE_ID:
             raise error(f"{what}: another consumer uses group.instance.id")
-        raise _Retry(f"{what}: {error.error_name}")
+        raise Retry(f"{what}: {error.error_name}")
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -452,16 +410,16 @@ class GroupMember:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("the group is rebalancing")
             return False
-        if code in _MEMBERSHIP_GONE:
+        if code in MEMBERSHIP_GONE:
             try:
                 self._membership_error(code, "Heartbeat")
-            except _Retry:
+            except Retry:
                 pass
             except KafkaError as exc:
                 self.error = exc
             self.request_rejoin(f"heartbeat: {error_for_code(code).error_name}")
             return False
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:
             self._coordinator_lost()
             return True
         log.warning("group %s: heartbeat error %s", self.group_id, error_for_code(code).error_name)
@@ -479,234 +437,6 @@ class GroupMember:
         with contextlib.suppress(KayakError):
             await self.leave("max.poll.interval.ms passed without a poll")
         self.request_rejoin("the application polled again")
-
-    # -- the coordinator ------------------------------------------------------------------
-
-    @property
-    def coordinator_connection(self) -> BrokerConnection | None:
-        """The connection to the coordinator now, if any (for the statistics)."""
-        return self._coordinator
-
-    async def coordinator(self) -> BrokerConnection:
-        """The connection to the group's coordinator, found (and opened) if need be."""
-        if self._coordinator is not None and self._coordinator.usable:
-            return self._coordinator
-        if self._finding is None or self._finding.done():
-            self._finding = asyncio.ensure_future(self._find_coordinator())
-        return await asyncio.shield(self._finding)
-
-    async def _find_coordinator(self) -> BrokerConnection:
-        attempt = 0
-        while True:
-            try:
-                return await self._find_coordinator_once()
-            except _Retry as exc:
-                log.debug("group %s: %s", self.group_id, exc)
-            except (KayakError, OSError) as exc:
-                if _is_fatal(exc):
-                    raise
-                log.debug("group %s: finding the coordinator: %s", self.group_id, exc)
-            await asyncio.sleep(self._backoff.delay(min(attempt, 10)))
-            attempt += 1
-
-    async def _find_coordinator_once(self) -> BrokerConnection:
-        connection = await self._cluster.any_connection()
-        version = connection.version_for(FindCoordinatorRequest, _FIND_COORDINATOR_MAX)
-        if version >= 4:
-            request = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
-        else:
-            request = FindCoordinatorRequest(key=self.group_id, key_type=0)
-        response: FindCoordinatorResponse = await connection.request(request, version)
-        if version >= 4:
-            if not response.coordinators:
-                raise _Retry("FindCoordinator answered no coordinator")
-            found: Any = response.coordinators[0]
-        else:
-            found = response
-        if found.error_code:
-            error = error_for_code(found.error_code)
-            if error.error_class is ErrorClass.FATAL:
-                raise error(f"finding the coordinator of group {self.group_id}")
-            raise _Retry(f"FindCoordinator: {error.error_name}")
-        coordinator = BrokerConnection(
-            found.host,
-            found.port,
-            node_id=found.node_id,
-            client_id=self._config.client_id,
-            request_timeout_ms=self._config.request_timeout_ms,
-            security=self._cluster.security,
-            counters=self.coordinator_counters,
-        )
-        await coordinator.connect(self._config.socket_connection_setup_timeout_ms / 1000)
-        log.debug("group %s: coordinator is broker %d", self.group_id, found.node_id)
-        self._coordinator = coordinator
-        return coordinator
-
-    def _coordinator_lost(self) -> None:
-        if self._coordinator is not None:
-            old, self._coordinator = self._coordinator, None
-            closing = asyncio.ensure_future(old.close())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
-
-    # -- offsets --------------------------------------------------------------------------
-
-    async def commit(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout: float
-    ) -> None:
-        """OffsetCommit, retried through coordinator moves until ``timeout`` seconds pass.
-
-        Raises :class:`CommitFailedError` if the group moved on (rebalance, expired member).
-        """
-        if not offsets:
-            return
-        await self._retrying(lambda: self._commit_once(offsets), timeout, "commit")
-
-    async def commit_quietly(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> bool:
-        try:
-            await self.commit(offsets, timeout=self._config.default_api_timeout_ms / 1000)
-        except KayakError as exc:
-            log.warning("group %s: commit failed: %s", self.group_id, exc)
-            return False
-        return True
-
-    async def _commit_once(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        coordinator = await self.coordinator()
-        version = coordinator.version_for(OffsetCommitRequest, _OFFSET_COMMIT_MAX)
-        as_member = self._subscriptions.uses_group_assignment
-        topics: dict[str, OffsetCommitRequestTopic] = {}
-        for tp, committed in sorted(offsets.items()):
-            topic = topics.setdefault(tp.topic, OffsetCommitRequestTopic(tp.topic, []))
-            epoch = committed.leader_epoch if committed.leader_epoch is not None else -1
-            topic.partitions.append(
-                OffsetCommitRequestPartition(
-                    tp.partition, committed.offset, epoch, -1, committed.metadata
-                )
-            )
-        request = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=self.generation if as_member else -1,
-            member_id=self.member_id if as_member else "",
-            group_instance_id=self._config.group_instance_id if as_member else None,
-            topics=list(topics.values()),
-        )
-        response: OffsetCommitResponse = await coordinator.request(request, version)
-        codes = [p.error_code for t in response.topics for p in t.partitions if p.error_code]
-        if codes:
-            self._commit_error(codes[0])
-        self._note_committed({tp: committed.offset for tp, committed in offsets.items()})
-
-    def _note_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Remember the group's committed offsets for the statistics."""
-        counters = self._subscriptions.counters
-        for tp, offset in offsets.items():
-            if tp in counters:
-                counters[tp].committed_offset = offset
-
-    def _commit_error(self, code: int) -> None:
-        error = error_for_code(code)
-        if code in _COORDINATOR_MOVED or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-            if code in _COORDINATOR_MOVED:
-                self._coordinator_lost()
-            raise _Retry(f"OffsetCommit: {error.error_name}")
-        if code in _MEMBERSHIP_GONE or code == ErrorCode.REBALANCE_IN_PROGRESS:
-            if code in _MEMBERSHIP_GONE:
-                self.generation = -1
-                self._lost = bool(self._subscriptions.assignment)
-            self.request_rejoin(f"commit: {error.error_name}")
-            raise CommitFailedError(
-                f"commit failed: {error.error_name}; the group rebalanced and the partitions "
-                "may now belong to another member"
-            )
-        raise error(f"committing offsets of group {self.group_id}: {error.default_message}")
-
-    async def committed(
-        self, partitions: set[TopicPartition], *, timeout: float
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """The group's committed offsets of ``partitions`` (partitions without one are left
-        out)."""
-        if not partitions:
-            return {}
-        return await self._retrying(lambda: self._fetch_committed(partitions), timeout, "offsets")
-
-    async def _fetch_committed(
-        self, partitions: set[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        coordinator = await self.coordinator()
-        version = coordinator.version_for(OffsetFetchRequest, _OFFSET_FETCH_MAX)
-        by_topic: dict[str, list[int]] = {}
-        for tp in sorted(partitions):
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[OffsetFetchRequestTopic(t, ps) for t, ps in by_topic.items()],
-            require_stable=self._config.isolation_level == "read_committed",
-        )
-        response: OffsetFetchResponse = await coordinator.request(request, version)
-        if response.error_code:
-            self._offset_fetch_error(response.error_code)
-        found: dict[TopicPartition, OffsetAndMetadata] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code:
-                    self._offset_fetch_error(p.error_code)
-                if p.committed_offset >= 0:
-                    epoch = p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None
-                    found[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
-                        p.committed_offset, p.metadata or "", epoch
-                    )
-        self._note_committed({tp: committed.offset for tp, committed in found.items()})
-        return found
-
-    def _offset_fetch_error(self, code: int) -> None:
-        error = error_for_code(code)
-        if code in _COORDINATOR_MOVED:
-            self._coordinator_lost()
-        if error.error_class is not ErrorClass.FATAL:
-            raise _Retry(f"OffsetFetch: {error.error_name}")
-        raise error(f"fetching committed offsets of group {self.group_id}: {error.default_message}")
-
-    async def _retrying(self, step: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
-        deadline = time.monotonic() + timeout
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return await asyncio.wait_for(step(), max(remaining, 0.001))
-            except TimeoutError:
-                raise KafkaTimeoutError(
-                    f"group {self.group_id}: {what} did not complete in {timeout:g}s"
-                ) from None
-            except _Retry as exc:
-                log.debug("group %s: %s; retrying", self.group_id, exc)
-            except (KayakError, OSError) as exc:
-                if _is_fatal(exc):
-                    raise
-                if isinstance(exc, CommitFailedError):
-                    raise
-                log.debug("group %s: %s failed (%s); retrying", self.group_id, what, exc)
-                self._coordinator_lost()
-            delay = self._backoff.delay(min(attempt, 10))
-            if time.monotonic() + delay >= deadline:
-                raise KafkaTimeoutError(
-                    f"group {self.group_id}: {what} did not complete in {timeout:g}s"
-                )
-            await asyncio.sleep(delay)
-            attempt += 1
-
-    async def _auto_commit_loop(self) -> None:
-        interval = self._config.auto_commit_interval_ms / 1000
-        last: dict[TopicPartition, int] = {}
-        while True:
-            await asyncio.sleep(interval)
-            if self.state is not MemberState.STABLE and self._subscriptions.uses_group_assignment:
-                continue
-            processed = self._subscriptions.processed_positions()
-            changed = {tp: o for tp, o in processed.items() if last.get(tp) != o}
-            if changed and await self.commit_quietly(
-                {tp: OffsetAndMetadata(o) for tp, o in changed.items()}
-            ):
-                last.update(changed)
 
     # -- leaving --------------------------------------------------------------------------
 
