@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 from typing import TypeVar
 
 from kayak.client.consumer.completed import CompletedFetch
@@ -72,19 +73,7 @@ class FetchBuffer(ABC):
     ) -> int:
         """Move up to ``max_records`` buffered records into ``into`` (by partition, in offset
         order), from at most ``max_fetches`` responses; returns how many."""
-        taken = 0
-        for count, fetch in enumerate(self._drainable(partitions)):
-            if max_fetches is not None and count >= max_fetches:
-                break
-            records = fetch.take(max_records - taken)
-            if records:
-                _merge(into, fetch.state.tp, records)
-                taken += len(records)
-            if fetch.exhausted:
-                self._discard(fetch)
-            if taken >= max_records:
-                break
-        return taken
+        return self._drain(CompletedFetch.take, partitions, max_records, into, max_fetches)
 
     def take_values(
         self,
@@ -95,14 +84,24 @@ class FetchBuffer(ABC):
         max_fetches: int | None = None,
     ) -> int:
         """Like :meth:`take`, values only (nothing else of a record is decoded)."""
+        return self._drain(CompletedFetch.take_values, partitions, max_records, into, max_fetches)
+
+    def _drain(
+        self,
+        take: Callable[[CompletedFetch, int], list[T]],
+        partitions: set[TopicPartition] | None,
+        max_records: int,
+        into: dict[TopicPartition, list[T]],
+        max_fetches: int | None,
+    ) -> int:
         taken = 0
         for count, fetch in enumerate(self._drainable(partitions)):
             if max_fetches is not None and count >= max_fetches:
                 break
-            values = fetch.take_values(max_records - taken)
-            if values:
-                _merge(into, fetch.state.tp, values)
-                taken += len(values)
+            items = take(fetch, max_records - taken)
+            if items:
+                _merge(into, fetch.state.tp, items)
+                taken += len(items)
             if fetch.exhausted:
                 self._discard(fetch)
             if taken >= max_records:
