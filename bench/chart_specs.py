@@ -238,5 +238,23 @@ CHARTS: dict[str, ChartSpec] = {
             readme_header=("produce", "broker", "records/s", "transactions/s",
                            "transactional / plain", "kayak / Kafka", "broker CPU µs/record"),
         ),
+        ChartSpec(
+            "cleaner", "Log cleaner: a tailing consumer's produce → receipt p99, cleaner off and on",
+            "ms (lower is better)", (r"^cleaner$",),
+            (Series("kayak", r"^probe p99 ms$", where=r"^kayak$"),
+             Series("Apache Kafka", r"^probe p99 ms$", where=r"^Apache Kafka$", peer=True)),
+            pivot=r"^broker$",
+            readme_header=("broker", "cleaner", "produce msg/s", "broker CPU µs/msg",
+                           "probe p50 ms", "probe p99 ms", "cleaned up to"),
+        ),
+        ChartSpec(
+            "cdc_capture", "Capture alone, PostgreSQL: kayak cdc run vs Debezium (Connect)",
+            "changes/s (higher is better)", (r"^capture$",),
+            (Series("changes/s", r"^changes/s$"),),
+            (Ratio("changes/s", "{}x Debezium", column=r"^x Debezium$"),),
+            readme_header=("capture", "changes/s", "x source alone", "x Debezium",
+                           "capturer µs/change", "broker µs/change", "capture backends µs/change",
+                           "capture total µs/change", "x source's own CPU"),
+        ),
     )
 }  # fmt: skip
