@@ -393,6 +393,8 @@ class Producer(RecordAppender):
 
     async def _drain_then_stop(self, timeout: float | None) -> None:
         self._accumulator.closing = True
+        if self._transaction is not None:
+            self._transaction.closing = True
         self._sender.wake_all()
         try:
             await self.flush(timeout)

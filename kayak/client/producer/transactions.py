@@ -146,6 +146,7 @@ class TransactionManager(CoordinatorRequests):
         self._abortable: KayakError | None = None
         self._fatal: KayakError | None = None
         self._needs_bump = False
+        self.closing = False  # the producer is closing: no more waiting for the coordinator
         self._ending: asyncio.Task[None] | None = None  # EndTxn, kept across a timed-out call
         self._queues: Callable[[], Iterable[PartitionQueue]] = lambda: ()
         self._drop_unsent: Callable[[Callable[[ProducerBatch], BaseException]], object] = (
@@ -461,13 +462,14 @@ class TransactionManager(CoordinatorRequests):
                 attempt += 1
                 continue
             except KayakError as exc:
-                if not getattr(exc, "retriable", False):
+                if getattr(exc, "code", None) != _E.NETWORK_EXCEPTION or self.closing:
                     if self._fatal is None and self._abortable is None:
                         self._become_abortable(exc)
                     return
                 # The coordinator cannot be reached (a broker restarting): find it again and
                 # retry, as Java's transaction manager does. The batches waiting for this add
-                # still expire after delivery.timeout.ms, which fails the transaction then.
+                # still expire after delivery.timeout.ms, which fails the transaction then;
+                # a producer closing stops at once (its flush must not wait for that).
                 self._coordinator = -1
                 log.debug("AddPartitionsToTxn: %s; retrying", exc)
                 await asyncio.sleep(self.backoff_delay(attempt))
