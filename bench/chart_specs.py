@@ -239,7 +239,7 @@ CHARTS: dict[str, ChartSpec] = {
                            "transactional / plain", "kayak / Kafka", "broker CPU µs/record"),
         ),
         ChartSpec(
-            "cleaner", "Log cleaner: a tailing consumer's produce → receipt p99, cleaner off and on",
+            "cleaner", "Log cleaner: a tailing consumer's produce → receipt p99, off and on",
             "ms (lower is better)", (r"^cleaner$",),
             (Series("kayak", r"^probe p99 ms$", where=r"^kayak$"),
              Series("Apache Kafka", r"^probe p99 ms$", where=r"^Apache Kafka$", peer=True)),
