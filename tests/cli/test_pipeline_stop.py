@@ -32,6 +32,15 @@ _SPINNER = "".join(chr(c) for c in range(0x2800, 0x2900))
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def _foreground_job() -> None:
+    """In the child, before exec: what an interactive shell does for a foreground job. The
+    pty becomes the controlling terminal, and Ctrl-C is restored to its default: a harness
+    that started the tests in the background (no job control) leaves SIGINT ignored, and
+    an ignored SIGINT is inherited, so Ctrl-C would never reach the command."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class TerminalRun:
     """A command on a pseudo-terminal; the terminal's output is collected as it comes."""
@@ -48,9 +57,10 @@ class TerminalRun:
         marker = uuid.uuid4().hex
         process = subprocess.Popen(
             argv, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-            env={**os.environ, MARKER: marker, "TERM": "xterm"},
-            start_new_session=True,  # then the pty becomes its controlling terminal:
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            # faulthandler: a run that hangs is aborted by wait() with every thread's stack
+            env={**os.environ, MARKER: marker, "TERM": "xterm", "PYTHONFAULTHANDLER": "1"},
+            start_new_session=True,  # then the pty becomes its controlling terminal
+            preexec_fn=_foreground_job,
         )  # fmt: skip
         os.close(slave)
         run = cls(process, master, marker)
@@ -87,6 +97,10 @@ class TerminalRun:
     def wait(self, timeout_s: float) -> int:
         try:
             return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)  # dumps the stacks onto the terminal
+            time.sleep(1.0)
+            raise AssertionError(f"still running {timeout_s} s on:\n{self.output}") from None
         finally:
             time.sleep(0.2)  # the reader drains what is left
             os.close(self.master)
