@@ -1,6 +1,7 @@
-"""The processes of the capture benchmark (bench/cdc_capture.py): kayak's broker with its
-schema registry, ``kayak cdc run``, and Debezium's PostgreSQL connector in Kafka Connect
-standalone. Each is a child process whose pid the benchmark reads CPU from.
+"""The capturers of the capture benchmark (bench/cdc_capture.py): ``kayak cdc run``, and
+Debezium's PostgreSQL connector in Kafka Connect standalone (the broker they write into,
+with its schema registry, is peers.py's). Each is a child process whose pid the benchmark
+reads CPU from.
 
 Kafka Connect runs with the JVM options of Kafka's ``connect-standalone.sh`` (heap
 ``-Xms256M -Xmx2G``, and ``kafka-run-class.sh``'s G1 and JIT options), not the test fixtures'
@@ -13,15 +14,12 @@ on Maven Central), so Debezium writes JSON while kayak writes Avro through its r
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_peer import BROKER_JVM_OPTIONS, KAFKA_HEAP
-from peers import HOST, REPO, BrokerProcess, free_port, scratch_dir
+from peers import REPO, free_port
 
 from tests.fixtures.jvm import java_command, write_properties
 from tests.jvm.peer_support import (
@@ -32,9 +30,6 @@ from tests.jvm.peer_support import (
     worker_properties,
 )
 
-_LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
-_REGISTRY = re.compile(r"schema registry on (https?://\S+)")
-_START_TIMEOUT = 60.0
 # connect-standalone.sh: KAFKA_HEAP_OPTS="-Xms256M -Xmx2G"; the rest as kafka-run-class.sh.
 CONNECT_JVM_OPTIONS = (
     "-Xms256m",
@@ -43,40 +38,6 @@ CONNECT_JVM_OPTIONS = (
 )
 # The capture's database connections say who they are, so their backends can be told apart.
 CAPTURE_APPLICATION = "bench_capture"
-
-
-@dataclass
-class RegistryBroker:
-    """kayak's broker serving its schema registry (``kayak cdc run`` needs one for Avro)."""
-
-    broker: BrokerProcess
-    registry_url: str
-
-
-def start_kayak_with_registry(root: Path, flush: str) -> RegistryBroker:
-    """``python -m kayak broker`` on free ports (Kafka and registry), fresh data directory."""
-    data_dir = scratch_dir(root, f"kayak-capture-{flush}-")
-    log_path = data_dir / "broker.log"
-    args = [
-        sys.executable, "-m", "kayak", "broker", "--data-dir", str(data_dir / "data"),
-        "--host", HOST, "--port", "0", "--flush", flush, "--schema-registry-port", "0",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=REPO)
-    deadline = time.monotonic() + _START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"kayak broker exited: {log_path.read_text()[-2000:]}")
-        text = log_path.read_text()
-        port, registry = _LISTENING.findall(text), _REGISTRY.findall(text)
-        if port and registry:
-            broker = BrokerProcess(
-                f"kayak ({flush})", process, int(port[-1][1]), log_path, data_dir
-            )
-            return RegistryBroker(broker, registry[-1])
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"kayak broker did not start: {log_path.read_text()[-2000:]}")
 
 
 def with_application(dsn: str) -> str:

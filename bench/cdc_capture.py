@@ -39,15 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from capture_measure import CaptureBackends, capture_groups, read_cpu, wait_settled
-from capture_peers import (
-    enable_kayak_capture,
-    start_debezium,
-    start_kayak_capture,
-    start_kayak_with_registry,
-)
+from capture_peers import enable_kayak_capture, start_debezium, start_kayak_capture
 from cdc_cpu import tree_cpu_s
 from cdc_postgres import create_database, drop_database, postmaster_pid
 from cdc_workloads import WorkloadProcess, run_workload_process
+from peers import start_kayak
 from result_tables import Table, human, median, paired_ratio, times
 
 from kayak.client.sync import Admin
@@ -107,14 +103,14 @@ def measure_capture(cluster: Any, who: str, args: argparse.Namespace, run: int, 
     slot = f"bench_{name}"
     dsn = create_database(cluster, name, orders_rows=args.rows)
     rows = orders_count(dsn)  # the seeding is the workload's mix: fewer rows than changes
-    broker = start_kayak_with_registry(work, args.flush)
+    broker = start_kayak(work, args.flush, registry=True)
     capturer: Background | None = None
     try:
-        bootstrap = broker.broker.bootstrap
+        bootstrap, registry_url = broker.bootstrap, str(broker.registry_url)
         if who == KAYAK:
             enable_kayak_capture(dsn, slot)
             capturer = start_kayak_capture(
-                work, dsn, bootstrap, broker.registry_url, slot, args.kayak_format
+                work, dsn, bootstrap, registry_url, slot, args.kayak_format
             )
         else:
             capturer = start_debezium(work, dsn, bootstrap, slot)
@@ -130,7 +126,7 @@ def measure_capture(cluster: Any, who: str, args: argparse.Namespace, run: int, 
             warmed = wait_settled(admin, topic, snapshot.offset + args.warm, {}, **settle)
             backends = CaptureBackends(cluster.dsn(), name)
             groups = capture_groups(
-                capturer.process.pid, broker.broker.pid, postmaster_pid(cluster), backends
+                capturer.process.pid, broker.pid, postmaster_pid(cluster), backends
             )
             workload = WorkloadProcess(dsn, args.changes, seed=11)
             before = read_cpu(groups)
@@ -142,7 +138,7 @@ def measure_capture(cluster: Any, who: str, args: argparse.Namespace, run: int, 
     finally:
         if capturer is not None:
             capturer.stop()
-        broker.broker.stop()
+        broker.stop()
         drop_database(cluster, name)
     elapsed = done.at - started
     used = {part: done.cpu_s[part] - before[part] for part in groups}

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))  # the scripts import kayak (and tests.fixtures) a
 HOST = "127.0.0.1"
 MiB = 1024 * 1024
 _LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
+_REGISTRY = re.compile(r"schema registry on (https?://\S+)")
 _START_TIMEOUT = 60.0
 _STOP_TIMEOUT = 60.0
 
@@ -43,6 +44,7 @@ class BrokerProcess:
     port: int
     log_path: Path
     data_dir: Path | None = None  # removed on stop when set
+    registry_url: str | None = None  # kayak's, when it serves its schema registry
 
     @property
     def bootstrap(self) -> str:
@@ -77,8 +79,11 @@ def scratch_dir(root: Path, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
-def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
-    """``python -m kayak broker`` on a fresh data directory under ``root``, on a free port."""
+def start_kayak(
+    root: Path, flush: str = "group", *extra: str, registry: bool = False
+) -> BrokerProcess:
+    """``python -m kayak broker`` on a fresh data directory under ``root``, on a free port;
+    with ``registry``, its schema registry too (on a free port of its own)."""
     data_dir = scratch_dir(root, f"kayak-bench-{flush}-")
     log_path = data_dir / "broker.log"
     args = [
@@ -87,7 +92,7 @@ def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
         "--host", HOST,
         "--port", "0",
         "--flush", flush,
-        "--no-schema-registry",
+        *(("--schema-registry-port", "0") if registry else ("--no-schema-registry",)),
         *extra,
     ]  # fmt: skip
     with open(log_path, "wb") as log:
@@ -96,10 +101,12 @@ def start_kayak(root: Path, flush: str = "group", *extra: str) -> BrokerProcess:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"kayak broker exited: {log_path.read_text()[-2000:]}")
-        found = _LISTENING.findall(log_path.read_text())
-        if found:
+        text = log_path.read_text()
+        found, registries = _LISTENING.findall(text), _REGISTRY.findall(text)
+        if found and (registries or not registry):
             port = int(found[-1][1])
-            return BrokerProcess(f"kayak ({flush})", process, port, log_path, data_dir)
+            url = registries[-1] if registry else None
+            return BrokerProcess(f"kayak ({flush})", process, port, log_path, data_dir, url)
         time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"kayak broker did not start: {log_path.read_text()[-2000:]}")
