@@ -115,7 +115,12 @@ def measure_all(
         shift = run % len(readers)
         for row, measure, pid in readers[shift:] + readers[:shift]:
             cpu_before = server_cpu_seconds(pid) if pid else float("nan")
-            rate = measure()
+            try:
+                rate = measure()
+            except RuntimeError as e:  # one reader's failure must not lose the other runs
+                print(f"  {row:<52} failed: {str(e).splitlines()[0]}", flush=True)
+                samples.add(row, float("nan"))
+                continue
             cpu = server_cpu_seconds(pid) - cpu_before if pid else float("nan")
             cpu_us = per_operation_us(cpu, log.records)
             samples.add(row, rate, cpu_us)

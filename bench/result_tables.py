@@ -17,14 +17,17 @@ from peers import REPO
 
 
 def median(samples: Sequence[float]) -> float:
-    return statistics.median(samples) if samples else float("nan")
+    """The median of the measured samples (NaN: a run that failed to measure it)."""
+    measured = [s for s in samples if s == s]
+    return statistics.median(measured) if measured else float("nan")
 
 
 def spread(samples: Sequence[float]) -> str:
     """``min-max`` of the samples, compactly, to show how noisy a median is."""
-    if not samples:
+    measured = [s for s in samples if s == s]
+    if not measured:
         return "-"
-    return f"{human(min(samples))}-{human(max(samples))}"
+    return f"{human(min(measured))}-{human(max(measured))}"
 
 
 def human(value: float) -> str:
@@ -39,7 +42,7 @@ def human(value: float) -> str:
 
 def paired_ratio(mine: Sequence[float], theirs: Sequence[float]) -> float:
     """Median over runs of mine/theirs within each run: noise that hits a whole run cancels."""
-    pairs = [a / b for a, b in zip(mine, theirs, strict=False) if b]
+    pairs = [a / b for a, b in zip(mine, theirs, strict=False) if b and a == a and b == b]
     return median(pairs) if pairs and len(mine) == len(theirs) else float("nan")
 
 

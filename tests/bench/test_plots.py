@@ -156,3 +156,13 @@ def test_a_table_with_apache_kafka_draws_its_bars_and_kayaks_ratio_to_it(
     assert chart.peers == {"Apache Kafka", "Tansu"}
     assert chart.bars["confluent-kafka: 10 B, acks=all"]["kayak"].note == "3.18x Kafka"
     assert chart.bars["ProducerPerformance: 1,000 B, acks=all"]["Apache Kafka"].value == 2436.0
+
+
+def test_a_run_that_failed_to_measure_is_left_out_not_averaged_in(bench: Bench) -> None:
+    nan = float("nan")
+    tables = bench.tables
+    assert tables.median([3.0, nan, 1.0]) == 2.0
+    assert tables.spread([nan, 4.0, 2.0]) == "2.00-4.00"
+    # paired within runs: run 2's failure drops run 2's pair, not the others
+    assert tables.paired_ratio([2.0, nan, 6.0], [1.0, 5.0, 2.0]) == 2.5
+    assert tables.median([nan]) != tables.median([nan])  # NaN: nothing measured
