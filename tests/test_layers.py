@@ -18,12 +18,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "protocol": {"errors"},
     "serde": {"errors"},
     "client": {"errors", "protocol"},
-    "broker": {"errors", "protocol"},
+    "registry": {"errors", "client"},
+    "broker": {"errors", "protocol", "registry"},
     "cdc": {"errors", "client", "serde"},
     "spark": {"errors", "client", "serde"},
     "pipeline": {"errors", "client", "serde", "cdc", "spark"},
     "console": {"errors", "protocol", "client", "serde", "broker", "pipeline"},
-    "cli": {"errors", "protocol", "client", "serde", "broker", "cdc", "pipeline", "console"},
+    "cli": {
+        "errors",
+        "protocol",
+        "client",
+        "serde",
+        "broker",
+        "registry",
+        "cdc",
+        "pipeline",
+        "console",
+    },
     "__main__": {"cli"},
     "__init__": set(),
 }
@@ -51,3 +62,17 @@ def test_no_package_imports_upward() -> None:
             if imported not in allowed:
                 upward.append(f"{path.relative_to(KAYAK.parent)}:{line} imports kayak.{imported}")
     assert not upward, "\n".join(upward)
+
+
+def test_the_shared_registry_core_does_not_import_the_client() -> None:
+    # The broker serves kayak.registry's core, and the broker never loads the client: only
+    # the standalone registry (kayak/registry/cluster/, not its __init__) may import it.
+    registry = KAYAK / "registry"
+    offending = [
+        f"{path.relative_to(KAYAK.parent)}:{line} imports kayak.client"
+        for path in sorted(registry.rglob("*.py"))
+        if path.parent != registry / "cluster" or path.name == "__init__.py"
+        for line, imported in _kayak_imports(path)
+        if imported == "client"
+    ]
+    assert not offending, "\n".join(offending)

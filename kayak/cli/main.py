@@ -24,6 +24,7 @@ _COMMANDS = {
     "groups": "kayak.cli.groups:groups",
     "records": "kayak.cli.records:records",
     "schemas": "kayak.cli.schemas:schemas",
+    "registry": "kayak.cli.registry:registry",
     "partitions": "kayak.cli.partitions:partitions",
     "cdc": "kayak.cli.cdc:cdc",
     "pipeline": "kayak.cli.pipeline:pipeline",

@@ -17,11 +17,11 @@ from kayak.broker.catalog import TopicCatalog
 from kayak.broker.consumer_offsets import TOPIC as OFFSETS_TOPIC
 from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.log import FlushMode, LogConfig, LogWriter, PartitionLog
-from kayak.broker.registry.schema import AvroSchema, parse_avro
 from kayak.broker.registry.store import TOPIC as SCHEMAS_TOPIC
 from kayak.broker.registry.store import SchemaStore
 from kayak.errors import KafkaStorageError
 from kayak.protocol.records import build_record_batch, parse_batches
+from kayak.registry.schema import AvroSchema, parse_avro
 
 
 def open_catalog(data_dir: Path, mode: FlushMode) -> TopicCatalog:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from kayak.broker.registry.compatibility import (
+from kayak.registry.compatibility import (
     CompatibilityLevel,
     check_level,
     incompatibilities,
 )
-from kayak.broker.registry.schema import AvroSchema, parse_avro
+from kayak.registry.schema import AvroSchema, parse_avro
 from tests.registry.conftest import call, record_schema
 
 

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from kayak.broker.catalog import TopicCatalog
 from kayak.broker.config import BrokerConfig
 from kayak.broker.log import LogWriter
-from kayak.broker.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaRegistryApi
 from kayak.broker.registry.store import SchemaStore
 from kayak.broker.security.credentials import CredentialStore
 from kayak.broker.security.login_limiter import LoginLimiter
 from kayak.broker.web import PasswordVerifier, WebMount, WebServer, broker_web_server
+from kayak.registry.api import CONTENT_TYPE, REQUEST_MEDIA_TYPES, SchemaRegistryApi
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ CHECKPOINT = "cleaner-offset-checkpoint"
 # Topics the cleaner leaves alone: none today. The internal topics are cleaned as any
 # compacted topic, their replays staying correct (see kayak.broker.consumer_offsets and
 # kayak.broker.txn.state_log); _schemas's SCHEMA_ID record keeps every schema id ever handed
-# out (see kayak.broker.registry.store).
+# out (see kayak.registry.store).
 NOT_CLEANED: frozenset[str] = frozenset()
 
 

@@ -28,7 +28,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-from kayak.broker.registry.schema import PRIMITIVES, AvroSchema
+from kayak.registry.schema import PRIMITIVES, AvroSchema
 
 # writer type -> reader types that can read it
 PROMOTIONS: dict[str, frozenset[str]] = {

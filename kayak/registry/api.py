@@ -3,7 +3,8 @@
 Documents have Confluent's shapes (``{"id": 1}``, ``{"subject", "version", "id",
 "schema"}``, ``{"compatibilityLevel": ...}``, ``{"is_compatible": ...}``) so Confluent's own
 clients and serializers work unchanged. Only AVRO schemas are served. The routes are aiohttp
-routes (:meth:`SchemaRegistryApi.routes`), served by :mod:`kayak.broker.web`.
+routes (:meth:`SchemaRegistryApi.routes`), served by the broker's web server or by the
+standalone registry (:mod:`kayak.registry.cluster`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
-from kayak.broker.registry import errors
-from kayak.broker.registry.compatibility import CompatibilityLevel, check_level
-from kayak.broker.registry.errors import RegistryError
-from kayak.broker.registry.schema import SUPPORTED_TYPES, AvroSchema, parse_avro
-from kayak.broker.registry.store import SchemaStore, SubjectVersion
+from kayak.registry import errors
+from kayak.registry.compatibility import CompatibilityLevel, check_level
+from kayak.registry.errors import RegistryError
+from kayak.registry.schema import SUPPORTED_TYPES, AvroSchema, parse_avro
+from kayak.registry.store import RegistryStore, SubjectVersion
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 # The request bodies the registry reads (Confluent's two types and plain JSON); anything else
@@ -108,11 +109,11 @@ def _version_document(entry: SubjectVersion) -> dict[str, Any]:
 class SchemaRegistryApi:
     """Turns HTTP requests into store operations and their answers."""
 
-    def __init__(self, store: SchemaStore) -> None:
+    def __init__(self, store: RegistryStore) -> None:
         self.store = store
 
     def routes(self) -> list[web.RouteDef]:
-        """The registry's routes, for :meth:`kayak.broker.web.WebServer.add_routes`.
+        """The registry's routes, for an aiohttp application.
 
         Every GET route answers HEAD too; a known path with another method is 405 with
         ``Allow``, an unknown one 404.
@@ -210,9 +211,13 @@ class SchemaRegistryApi:
     async def _register(self, request: web.Request) -> web.Response:
         subject = _param(request, "subject")
         schema = await self._schema_body(request)
-        level = self.store.effective_compatibility(subject)
-        entry = await self.store.register(
-            subject, schema, lambda new, earlier: check_level(level, new, earlier)
+        # The level is read when the store decides, on the state it decides on (a standalone
+        # registry reads what others wrote first).
+        store = self.store
+        entry = await store.register(
+            subject,
+            schema,
+            lambda new, earlier: check_level(store.effective_compatibility(subject), new, earlier),
         )
         return _ok({"id": entry.schema_id})
 

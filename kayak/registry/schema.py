@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 
-from kayak.broker.registry.errors import invalid_schema
+from kayak.registry.errors import invalid_schema
 
 SUPPORTED_TYPES = ("AVRO",)
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
