@@ -27,7 +27,7 @@ from typing import Any
 
 from kayak.pipeline.apply import APPLY_STATS_SCHEMA, ApplySettings, apply_partitions
 from kayak.pipeline.latency import LatencyHistogram
-from kayak.pipeline.spark_kafka import READERS, java_client_options
+from kayak.pipeline.spark_kafka import READERS, java_client_options, kafka_source_options
 from kayak.pipeline.transient import RetryPolicy
 
 __all__ = ["ReplicationJob", "ReplicationSettings", "ReplicationStats"]
@@ -135,7 +135,7 @@ class ReplicationJob:
         client = {"isolation.level": "read_committed", **s.client_options}
         if s.reader == "kafka":
             # The Java consumer: Kafka's names only (kayak's client takes librdkafka's too).
-            client = java_client_options(client)
+            client = java_client_options(kafka_source_options(client))
         for name, value in client.items():
             reader = reader.option(f"kafka.{name}", value)
         records = reader.load().select("key", "value", "topic", "partition", "offset")

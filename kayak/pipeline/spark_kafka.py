@@ -39,6 +39,7 @@ from kayak.errors import KayakError
 __all__ = [
     "CONNECTOR_ARTIFACT",
     "JARS_ENV",
+    "KAFKA_SOURCE_DEFAULTS",
     "READERS",
     "choose_reader",
     "connector_jars_or_reason",
@@ -46,6 +47,7 @@ __all__ = [
     "find_connector_dir",
     "java_client_options",
     "kafka_connector_jars",
+    "kafka_source_options",
     "reader_for_session",
     "session_reads_kafka",
 ]
@@ -182,11 +184,30 @@ _NOT_FOR_JAVA = {
     "oauth_cb", "sasl.oauthbearer.config", "sasl.username", "sasl.password",
     "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
 }  # fmt: skip
+# What kayak sets on Spark's Kafka source unless -X says otherwise. The driver asks for each
+# micro-batch's end offsets with an Admin client, and Spark makes a new one only after a call
+# fails; when a partition's leader dies, the Admin's ListOffsets can hang until its API
+# timeout (Kafka's default: 60 s) although the new leader is ready within seconds. Short
+# timeouts let Spark's own retry (fetchOffset.numRetries) go to the new leader instead.
+# (The Java clients refuse an API timeout below the request timeout, so a longer
+# request.timeout.ms from -X lifts it: -X default.api.timeout.ms itself is refused by the
+# capture's producer, which gets the same -X.)
+KAFKA_SOURCE_DEFAULTS = {"request.timeout.ms": "5000", "default.api.timeout.ms": "10000"}
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
+
+
+def kafka_source_options(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` over :data:`KAFKA_SOURCE_DEFAULTS`; an API timeout of kayak's below a
+    request timeout of the user's rises to it (the Java clients refuse it otherwise)."""
+    merged = {**KAFKA_SOURCE_DEFAULTS, **options}
+    if "default.api.timeout.ms" not in options and "request.timeout.ms" in options:
+        request_ms = int(options["request.timeout.ms"])
+        merged["default.api.timeout.ms"] = str(max(request_ms, 10_000))
+    return merged
 
 
 def java_client_options(options: Mapping[str, str]) -> dict[str, str]:
