@@ -80,9 +80,12 @@ class Log:
 def make_log(settings: Settings) -> Log:
     values = [os.urandom(settings.value_size) for _ in range(settings.batch_records)]
     batches = []
+    # Timestamps of now: older ones would be past Kafka's retention.ms (7 days), and its
+    # retention check (every 5 minutes) would delete the log under the readers.
+    now_ms = int(time.time() * 1000)
     for i in range(DISTINCT_BATCHES):
         rotated = values[i:] + values[:i]
-        batches.append(build_record_batch(rotated, timestamp=1_700_000_000_000 + i))
+        batches.append(build_record_batch(rotated, timestamp=now_ms + i))
     count = max(1, -(-settings.size // len(batches[0])))
     log = Log(batches, count, records=count * settings.batch_records)
     log.log_bytes = sum(len(b) for b in log.stream())
