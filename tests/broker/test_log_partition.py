@@ -141,7 +141,7 @@ def test_delete_records_moves_log_start_and_survives_restart(tmp_path: Path) -> 
     assert reopened.delete_records_before(-1) == 20  # -1: up to the high watermark
 
 
-def test_retention_by_bytes_and_by_time_never_deletes_the_active_segment(tmp_path: Path) -> None:
+def test_retention_by_bytes_and_time_keeps_an_active_segment_of_new_records(tmp_path: Path) -> None:
     now = 1_700_000_000_000
     plog = PartitionLog.open(tmp_path / "a-0", LogConfig(segment_bytes=300, retention_bytes=600))
     for i in range(20):
@@ -232,3 +232,31 @@ def test_read_returns_the_largest_whole_batch_prefix_within_max_bytes(tmp_path: 
         fitting = [b for b in boundaries if found.position < b <= found.position + max_bytes]
         expected_end = max(fitting) if fitting else min(b for b in boundaries if b > found.position)
         assert found.position + found.length == expected_end
+
+
+def test_an_active_segment_wholly_past_retention_ms_is_rolled_and_deleted(tmp_path: Path) -> None:
+    # Kafka deletes a quiet topic's last segment once all of it is past retention.ms.
+    now = 1_700_000_000_000
+    plog = PartitionLog.open(tmp_path / "q-0", LogConfig(retention_ms=1000))
+    for i in range(3):
+        plog.append(batch([b"old %d" % i], timestamp=now - 10_000))
+    plog.flush()
+    assert plog.high_watermark == 3
+    assert plog.apply_retention(now) == 1
+    assert plog.log_start_offset == plog.log_end_offset == 3 and len(plog.segments) == 1
+    assert plog.active.size == 0
+    plog.append(batch([b"new"], timestamp=now))  # offsets go on
+    assert plog.log_end_offset == 4
+    assert plog.apply_retention(now) == 0  # a record within retention.ms keeps its segment
+
+
+def test_an_active_segment_past_retention_ms_stays_while_not_all_visible(tmp_path: Path) -> None:
+    now = 1_700_000_000_000
+    plog = PartitionLog.open(
+        tmp_path / "v-0", LogConfig(retention_ms=1000), visible_after_flush=True
+    )
+    plog.append(batch([b"old"], timestamp=now - 10_000))
+    assert plog.high_watermark == 0  # not on disk yet: no reader has seen it, none may lose it
+    assert plog.apply_retention(now) == 0 and plog.log_start_offset == 0
+    plog.flush()
+    assert plog.apply_retention(now) == 1

@@ -170,6 +170,15 @@ class LocalLog:
             expired += 1
         return expired
 
+    def active_past_retention(self, now_ms: int) -> bool:
+        """Whether the active segment holds records, all of them past ``retention.ms``."""
+        active, retention_ms = self.segments[-1], self.config.retention_ms
+        return (
+            active.size > 0
+            and retention_ms >= 0
+            and 0 <= active.max_timestamp < (now_ms - retention_ms)
+        )
+
     def _expired(self, index: int, now_ms: int) -> bool:
         segment = self.segments[index]
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes

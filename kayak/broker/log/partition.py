@@ -485,7 +485,9 @@ class PartitionLog:
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``.
 
-        The active segment is never deleted. Returns how many segments went.
+        As in Kafka, an active segment wholly past ``retention.ms`` and visible is rolled
+        first and goes too (else a quiet topic would keep its last segment forever). Returns
+        how many segments went.
         """
         if self.offline is not None:
             return 0
@@ -493,6 +495,8 @@ class PartitionLog:
         self.producers.expire(now)
         if not self.config.deletes:
             return 0
+        if self.local.active_past_retention(now) and self.high_watermark == self.log_end_offset:
+            self.roll()
         expired = self.local.expired(now)
         if expired:
             # Checkpoint first: a crash between the two leaves segments below the log start,
