@@ -19,7 +19,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 README_CHARTS = {
     "record_batch", "broker_consume", "broker_appends", "broker_produce", "e2e_latency",
     "topics", "client_produce", "cdc", "cdc_issue14", "spark_read", "metrics_overhead",
-    "broker_tls", "transactions", "cleaner", "cdc_capture", "broker_memory",
+    "broker_tls", "transactions", "cleaner", "cdc_capture", "broker_memory", "client_consume",
 }  # fmt: skip
 
 
