@@ -106,6 +106,11 @@ class Cluster:
         # Per (node, host, port): a reconnected broker keeps counting where it left off.
         self._counters: dict[tuple[int, str, int], ConnectionCounters] = {}
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        # Fetches get connections of their own: a broker (Apache Kafka's too) handles one
+        # connection's requests one at a time, in order, so anything sent behind a Fetch
+        # parked for fetch.max.wait.ms would wait that long (see fetch_connection).
+        self._fetch_connections: dict[int, BrokerConnection] = {}
+        self._fetch_connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (attempts, last failure)
         self._topics: set[str] = set()
         self._refreshing: asyncio.Task[ClusterMetadata] | None = None
@@ -190,11 +195,15 @@ class Cluster:
         return snapshot
 
     def _forget_moved_brokers(self) -> None:
-        for node, connection in list(self._connections.items()):
+        for pool in (self._connections, self._fetch_connections):
+            self._forget_moved(pool)
+
+    def _forget_moved(self, pool: dict[int, BrokerConnection]) -> None:
+        for node, connection in list(pool.items()):
             info = self.metadata.brokers.get(node)
             moved = info is None or (info.host, info.port) != (connection.host, connection.port)
             if node != BOOTSTRAP and moved:
-                del self._connections[node]
+                del pool[node]
                 self._closing = {t for t in self._closing if not t.done()}
                 self._closing.add(asyncio.ensure_future(connection.close()))
 
@@ -248,26 +257,43 @@ class Cluster:
 
     async def connection(self, node_id: int) -> BrokerConnection:
         """The connection to broker ``node_id``, opened (with backoff) if needed."""
-        existing = self._connections.get(node_id)
+        return await self._pooled(node_id, self._connections, self._connecting)
+
+    async def fetch_connection(self, node_id: int) -> BrokerConnection:
+        """A second connection to broker ``node_id``, for Fetch requests only. A Fetch may
+        be parked at the broker for fetch.max.wait.ms, and brokers answer a connection's
+        requests in order (Apache Kafka mutes a connection while a request of it is being
+        handled), so ListOffsets, OffsetFetch, heartbeats and commits go on the other."""
+        return await self._pooled(node_id, self._fetch_connections, self._fetch_connecting)
+
+    async def _pooled(
+        self,
+        node_id: int,
+        pool: dict[int, BrokerConnection],
+        connecting: dict[int, asyncio.Task[BrokerConnection]],
+    ) -> BrokerConnection:
+        existing = pool.get(node_id)
         if existing is not None and existing.usable:
             return existing
-        task = self._connecting.get(node_id)
+        task = connecting.get(node_id)
         if task is None or task.done():
-            task = asyncio.ensure_future(self._open(node_id))
+            task = asyncio.ensure_future(self._open(node_id, pool))
             task.add_done_callback(_retrieve_exception)
-            self._connecting[node_id] = task
+            connecting[node_id] = task
         return await asyncio.shield(task)
 
-    async def _open(self, node_id: int) -> BrokerConnection:
+    async def _open(self, node_id: int, pool: dict[int, BrokerConnection]) -> BrokerConnection:
         info = self.metadata.brokers.get(node_id)
         if info is None:
             await self.refresh_metadata()
             info = self.metadata.brokers.get(node_id)
             if info is None:
                 raise NetworkError(f"broker {node_id} is not in the cluster's metadata")
-        return await self._dial(node_id, info.host, info.port)
+        return await self._dial(node_id, info.host, info.port, pool)
 
-    async def _dial(self, node_id: int, host: str, port: int) -> BrokerConnection:
+    async def _dial(
+        self, node_id: int, host: str, port: int, pool: dict[int, BrokerConnection] | None = None
+    ) -> BrokerConnection:
         attempts, last = self._failures.get(node_id, (0, 0.0))
         if attempts:
             wait = self._backoff.delay(attempts - 1) - (time.monotonic() - last)
@@ -285,7 +311,7 @@ class Cluster:
             await connection.close()
             raise
         self._failures.pop(node_id, None)
-        self._connections[node_id] = connection
+        (self._connections if pool is None else pool)[node_id] = connection
         return connection
 
     def connections(self) -> dict[int, BrokerConnection]:
@@ -330,11 +356,12 @@ class Cluster:
 
     async def close(self) -> None:
         self._closed = True
-        for task in self._connecting.values():
+        for task in [*self._connecting.values(), *self._fetch_connecting.values()]:
             task.cancel()
-        for connection in self._connections.values():
+        for connection in [*self._connections.values(), *self._fetch_connections.values()]:
             await connection.close()
         self._connections.clear()
+        self._fetch_connections.clear()
 
 
 def _retrieve_exception(task: asyncio.Task[object]) -> None:

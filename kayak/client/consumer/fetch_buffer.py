@@ -10,7 +10,6 @@ Every response used up frees buffer space, so the fetcher is woken to fetch agai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -169,8 +168,14 @@ class FetchBuffer(ABC):
         self._data_ready.clear()
         if timeout <= 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._data_ready.wait(), timeout)
+        # Not asyncio.wait_for: before Python 3.12 it swallows a cancel that arrives in the
+        # loop turn the event is set (python/cpython#86296), so a cancelled poll kept
+        # running. asyncio.wait always lets the caller's cancel through.
+        waiter = asyncio.ensure_future(self._data_ready.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
 
 
 def _merge(into: dict[TopicPartition, list[T]], tp: TopicPartition, items: list[T]) -> None:

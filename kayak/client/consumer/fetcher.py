@@ -22,8 +22,10 @@ one partition this is what keeps more than one request in flight.
 A request is held by the broker (``fetch.max.wait.ms``) only when none of its partitions has
 data waiting, so that is only allowed when every partition a broker leads is caught up, and
 then the request goes out alone: brokers answer a connection's requests in order, so
-anything sent behind a held request would wait too. While any partition has a backlog, every
-request carries one (caught-up partitions ride along) and is answered at once.
+anything sent behind a held request would wait too. (For that reason fetches go on a
+connection of their own, ``Cluster.fetch_connection``: ListOffsets, OffsetFetch and metadata
+requests never queue behind a held Fetch.) While any partition has a backlog, every request
+carries one (caught-up partitions ride along) and is answered at once.
 
 Memory: a partition with fetched, unread data is fetched again only while it holds less than
 its share of ``prefetch.max.bytes`` and everything buffered is below that cap (a partition
@@ -239,7 +241,7 @@ class Fetcher(FetchBuffer):
 
     async def _fetch(self, node: int, wanted: list[_Wanted], long_poll: bool) -> None:
         try:
-            connection = await self._cluster.connection(node)
+            connection = await self._cluster.fetch_connection(node)
             request, version, names = self._request(connection, wanted)
             timeout = (self._config.request_timeout_ms + request.max_wait_ms) / 1000
             response: FetchResponse = await connection.request(request, version, timeout=timeout)
