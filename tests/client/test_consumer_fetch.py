@@ -194,6 +194,70 @@ def test_pipelining_keeps_more_than_one_fetch_in_flight(kafka_cluster: RunningBr
     assert shallow.max_in_flight == 1 and shallow.predicted == 0, shallow
 
 
+def test_a_caught_up_partition_never_long_polls_while_another_has_data_held_back(
+    kafka_cluster: RunningBroker,
+) -> None:
+    """Partition 0 has far more data than its share of the prefetch buffer, partition 1 a
+    little. Once 1 is caught up and 0's fetched data waits in the buffer, a request for 1
+    alone would be held by the broker for ``fetch.max.wait.ms``; the next request for 0,
+    due as soon as the application drains it, would then wait behind it (one long poll
+    per broker). So no long poll goes out while 0 has a backlog: reading everything takes
+    no ``fetch.max.wait.ms`` (here a minute; ``read_count`` gives up after 15 s)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = unique("held-back")
+    create_topic(bootstrap, topic, 2)
+    value = b"x" * 1000
+    records = [(0, None, value) for _ in range(4000)] + [(1, None, value) for _ in range(10)]
+    produce(bootstrap, topic, records)
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    async def main() -> list[tuple[int, int]]:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "fetch.max.wait.ms": 60_000,
+            "request.timeout.ms": 90_000,
+            "prefetch.max.bytes": 256 * 1024,  # 128 KiB a partition: 0 is held back
+            "max.partition.fetch.bytes": 256 * 1024,
+        }
+        async with Consumer(config) as c:
+            c.assign([p0, p1])
+            c.seek_to_beginning()
+            got = await read_count(c, 4010)
+            return sorted((r.partition, r.offset) for r in got)
+
+    assert run(main()) == [(0, o) for o in range(4000)] + [(1, o) for o in range(10)]
+
+
+def test_a_poll_for_one_partition_fetches_it_while_another_is_held_back(
+    kafka_cluster: RunningBroker,
+) -> None:
+    """The other side of the rule above: an application polling partition 1 alone, while
+    partition 0's unread data fills its share of the buffer, still gets 1's new records."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = unique("poll-one")
+    create_topic(bootstrap, topic, 2)
+    value = b"x" * 1000
+    produce(bootstrap, topic, [(0, None, value) for _ in range(2000)] + [(1, None, b"old")])
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    async def main() -> list[bytes | None]:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "prefetch.max.bytes": 256 * 1024,
+            "max.partition.fetch.bytes": 256 * 1024,
+        }
+        async with Consumer(config) as c:
+            c.assign([p0, p1])
+            c.seek_to_beginning()
+            first = await c.getmany(p0, max_records=1, timeout_ms=10_000)
+            assert [r.offset for r in first[p0]] == [0]
+            assert [r.value for r in await read_count(c, 1, 15, p1)] == [b"old"]
+            produce(bootstrap, topic, [(1, None, b"new")])
+            return [r.value for r in await read_count(c, 1, 15, p1)]
+
+    assert run(main()) == [b"new"]
+
+
 def test_read_committed_on_tansu_hides_markers_but_tansu_lists_no_aborted_transactions(
     tansu: RunningBroker,
 ) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from kayak.client.consumer import Consumer, ConsumerRecord, TopicPartition
+from kayak.errors import OffsetOutOfRangeError
 from tests.client.conftest import RunningBroker
 from tests.client.consumer_support import create_topic, produce, run, unique
 
@@ -127,3 +128,35 @@ def test_auto_commit_covers_only_the_records_the_iteration_moved_past(
             assert await consumer.committed(tp) == 701
 
     run(main(), timeout=50)
+
+
+def test_an_error_met_between_two_records_of_one_batch_is_raised_at_the_next(
+    kayak_broker: RunningBroker,
+) -> None:
+    """The next record of a batch being handed out is served on a short path; an error the
+    fetcher met meanwhile (here: partition 1 sought past its end, with no reset policy)
+    still comes first, and the record it held back is the next one after it."""
+    bootstrap = kayak_broker.bootstrap_servers
+    topic = unique("iterate-error")
+    create_topic(bootstrap, topic, partitions=2)
+    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(400)])
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    async def main() -> None:
+        async with _consumer(bootstrap, auto_offset_reset="none") as consumer:
+            consumer.assign([tp0, tp1])
+            consumer.seek(tp0, 0)
+            consumer.seek(tp1, 0)
+            first = await consumer.__anext__()
+            assert consumer._handing_out is not None  # the short path is what is tested
+            mine = TopicPartition(first.topic, first.partition)
+            other = tp1 if mine == tp0 else tp0
+            consumer.seek(other, 10_000)
+            await asyncio.sleep(0.5)  # the fetch from 10,000 is answered meanwhile
+            with pytest.raises(OffsetOutOfRangeError):
+                await consumer.__anext__()
+            consumer.seek(other, 0)
+            after = await consumer.__anext__()
+            assert (after.partition, after.offset) == (first.partition, first.offset + 1)
+
+    run(main())

@@ -158,18 +158,26 @@ class CompletedFetch:
             self._advance_position(records[stop - 1].offset + 1)
         return out
 
-    def take_one(self) -> ConsumerRecord | None:
-        """The next record, or None if none is left."""
+    def take_within_batch(self) -> ConsumerRecord | None:
+        """The next record if it is not its batch's last (so no batch is decoded and the
+        fetch is not used up by taking it): ``take_one``'s usual case. Else None."""
         index, items = self._index, self._items
-        if index + 1 < len(items) and self._items_are_records:  # not the batch's last
+        if index + 1 < len(items) and self._items_are_records:
             record: ConsumerRecord = items[index]  # type: ignore[assignment]
             self._index = index + 1
             self.state.position = record.offset + 1
             return record
+        return None
+
+    def take_one(self) -> ConsumerRecord | None:
+        """The next record, or None if none is left."""
+        within = self.take_within_batch()
+        if within is not None:
+            return within
         while self._index >= len(self._items) or not self._items_are_records:
             if not self._load_batch(as_records=True):
                 return None
-        record = self._items[self._index]  # type: ignore[assignment]
+        record: ConsumerRecord = self._items[self._index]  # type: ignore[assignment]
         self._index += 1
         self._advance_position(record.offset + 1)
         return record

@@ -39,6 +39,7 @@ from typing import Any, Self
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
 from kayak.client.consumer.commits import CommitCallback, commit_and_report, offsets_to_commit
+from kayak.client.consumer.completed import CompletedFetch
 from kayak.client.consumer.fetcher import Fetcher, FetchStats
 from kayak.client.consumer.group import GroupMember
 from kayak.client.consumer.listener import RebalanceListener, call_listener
@@ -74,6 +75,7 @@ class Consumer(RecordPolling):
         self._positions: PositionLookup | None = None
         self._returned: list[PartitionState] = []  # partitions the last poll returned records of
         self._since_yield = 0
+        self._handing_out: CompletedFetch | None = None
         self._background: set[asyncio.Future[None]] = set()
         self._started = False
         self._closed = False

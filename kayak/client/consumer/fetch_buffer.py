@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from kayak.client.consumer.completed import CompletedFetch
 from kayak.client.consumer.records import ConsumerRecord
-from kayak.client.consumer.subscription import PartitionState, SubscriptionState
+from kayak.client.consumer.subscription import SubscriptionState
 from kayak.client.types import TopicPartition
 from kayak.errors import KayakError
 
@@ -34,6 +34,7 @@ class FetchBuffer(ABC):
     _buffered_bytes: int
     _data_ready: asyncio.Event
     _errors: list[KayakError]
+    _waiting_for: set[TopicPartition] | None  # what a poll waits for, if not every partition
 
     @abstractmethod
     def wake(self) -> None:
@@ -109,8 +110,8 @@ class FetchBuffer(ABC):
 
     def take_one(
         self, partitions: set[TopicPartition] | None
-    ) -> tuple[PartitionState, ConsumerRecord] | None:
-        """The next buffered record and its partition's state, or None."""
+    ) -> tuple[CompletedFetch, ConsumerRecord] | None:
+        """The next buffered record and the response it came from, or None."""
         if self._completed:  # the usual case, first: the oldest response has one
             fetch = self._completed[0]
             state = fetch.state
@@ -122,18 +123,22 @@ class FetchBuffer(ABC):
             ):
                 record = fetch.take_one()
                 if record is not None and fetch.has_more_in_batch:
-                    return state, record  # the usual case: no exhausted check needed
+                    return fetch, record  # the usual case: no exhausted check needed
                 if fetch.exhausted:
                     self._discard(fetch)
                 if record is not None:
-                    return state, record
+                    return fetch, record
         for fetch in self._drainable(partitions):
             record = fetch.take_one()
             if fetch.exhausted:
                 self._discard(fetch)
             if record is not None:
-                return fetch.state, record
+                return fetch, record
         return None
+
+    def is_front(self, fetch: CompletedFetch) -> bool:
+        """``fetch`` is the oldest buffered response (the one ``take_one(None)`` reads)."""
+        return bool(self._completed) and self._completed[0] is fetch
 
     def peek_next(self, limit: int) -> list[ConsumerRecord]:
         """Up to ``limit`` records that ``take_one(None)`` would return next, not taken: from
@@ -163,11 +168,18 @@ class FetchBuffer(ABC):
     def has_buffered(self, partitions: set[TopicPartition] | None = None) -> bool:
         return bool(self._drainable(partitions))
 
-    async def wait_for_data(self, timeout: float) -> None:
-        """Return when a response arrives (or ``timeout`` seconds pass)."""
+    async def wait_for_data(
+        self, timeout: float, partitions: set[TopicPartition] | None = None
+    ) -> None:
+        """Return when a response arrives (or ``timeout`` seconds pass). While a poll waits
+        for some ``partitions`` only, partitions outside them that the buffer holds back
+        no longer keep the fetcher from long-polling for the ones it waits for."""
         self._data_ready.clear()
         if timeout <= 0:
             return
+        if partitions is not None:
+            self._waiting_for = partitions
+            self.wake()
         # Not asyncio.wait_for: before Python 3.12 it swallows a cancel that arrives in the
         # loop turn the event is set (python/cpython#86296), so a cancelled poll kept
         # running. asyncio.wait always lets the caller's cancel through.
@@ -176,6 +188,7 @@ class FetchBuffer(ABC):
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
             waiter.cancel()
+            self._waiting_for = None
 
 
 def _merge(into: dict[TopicPartition, list[T]], tp: TopicPartition, items: list[T]) -> None:

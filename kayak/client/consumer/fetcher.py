@@ -151,6 +151,7 @@ class Fetcher(FetchBuffer):
         self._buffered_bytes = 0
         self._long_poll_out: set[int] = set()  # nodes with a request that may long-poll
         self._data_ready = asyncio.Event()
+        self._waiting_for: set[TopicPartition] | None = None
         self._errors: list[KayakError] = []
         self._tasks: set[asyncio.Future[None]] = set()
         self._metadata_refresh: asyncio.Future[None] | None = None
@@ -165,20 +166,27 @@ class Fetcher(FetchBuffer):
         if self._closed:
             return
         now = time.monotonic()
-        by_node, retry_at, leaders_missing = self._fetchable_by_node(now)
+        by_node, held_back, retry_at, leaders_missing = self._fetchable_by_node(now)
         for node, states in by_node.items():
-            self._send_to(node, states)
+            self._send_to(node, states, may_long_poll=node not in held_back)
         if leaders_missing:
             self.refresh_metadata()
         if retry_at < math.inf:
             self._wake_at(retry_at)
 
-    def _fetchable_by_node(self, now: float) -> tuple[dict[int, list[PartitionState]], float, bool]:
+    def _fetchable_by_node(
+        self, now: float
+    ) -> tuple[dict[int, list[PartitionState]], set[int], float, bool]:
+        """Partitions to fetch now, by leader; also the leaders of partitions held back only
+        by the buffer while their broker has more (no long poll may go to those: see
+        :meth:`_send_to`), unless a poll waits for other partitions only."""
         config = self._config
         assignment = self._subscriptions.assignment
         share = config.prefetch_max_bytes // max(len(assignment), 1)
         full = self._buffered_bytes >= config.prefetch_max_bytes
         by_node: dict[int, list[PartitionState]] = {}
+        held_back: set[int] = set()
+        waiting = self._waiting_for
         retry_at = math.inf
         leaders_missing = False
         ahead = config.max_partition_fetch_bytes
@@ -192,6 +200,8 @@ class Fetcher(FetchBuffer):
             ):
                 continue
             if state.buffered_bytes and (full or state.buffered_bytes >= share):
+                if state.has_backlog() and (waiting is None or state.tp in waiting):
+                    held_back.add(self._cluster.leader(state.tp.topic, state.tp.partition))
                 continue
             if state.retry_at > now:
                 retry_at = min(retry_at, state.retry_at)
@@ -201,9 +211,9 @@ class Fetcher(FetchBuffer):
                 leaders_missing = True
                 continue
             by_node.setdefault(leader, []).append(state)
-        return by_node, retry_at, leaders_missing
+        return by_node, held_back, retry_at, leaders_missing
 
-    def _send_to(self, node: int, states: list[PartitionState]) -> None:
+    def _send_to(self, node: int, states: list[PartitionState], *, may_long_poll: bool) -> None:
         """Send ``node`` the requests it may still take for ``states``."""
         in_flight = self.stats.in_flight.get(node, 0)
         depth = self._config.fetch_pipeline_depth
@@ -211,8 +221,11 @@ class Fetcher(FetchBuffer):
             return
         if not any(state.has_backlog() for state in states):
             idle = [state for state in states if not state.in_flight]
-            if in_flight or not idle:
-                return  # wait for the quick answers; then one request may long-poll
+            if in_flight or not idle or not may_long_poll:
+                # Wait for the quick answers, or for a partition held back by the buffer
+                # (its request, due once the application reads it, must not queue behind a
+                # held one; the caught-up partitions ride along with it).
+                return
             self._send(node, idle, long_poll=True)
             return
         for _ in range(depth - in_flight):

@@ -16,6 +16,7 @@ from typing import Self
 
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
+from kayak.client.consumer.completed import CompletedFetch
 from kayak.client.consumer.errors import ConsumerClosedError
 from kayak.client.consumer.fetcher import Fetcher
 from kayak.client.consumer.group import GroupMember
@@ -42,6 +43,9 @@ class RecordPolling:
     _group: GroupMember | None
     _positions: PositionLookup | None
     _returned: list[PartitionState]  # partitions the last poll returned records of
+    # The buffered response the last record iterated came from, while its batch has more:
+    # the next record comes from it unless something changed (_take_within_batch).
+    _handing_out: CompletedFetch | None
     _since_yield: int
     _closed: bool
 
@@ -69,6 +73,7 @@ class RecordPolling:
     def _before_poll(self) -> Fetcher:
         """Bookkeeping every poll starts with: errors to raise, processed positions."""
         _, fetcher = self._require_started()
+        self._handing_out = None
         for state in self._returned:
             state.processed = state.position
         self._returned = []
@@ -152,7 +157,7 @@ class RecordPolling:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            await fetcher.wait_for_data(remaining)
+            await fetcher.wait_for_data(remaining, chosen)
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions``, or of all assigned), waiting as long as it
@@ -162,8 +167,10 @@ class RecordPolling:
         while True:
             taken = fetcher.take_one(chosen)
             if taken is not None:
-                state, record = taken
-                self._returned = [state]
+                fetch, record = taken
+                self._returned = [fetch.state]
+                if chosen is None:
+                    self._hand_out_from(fetcher, fetch)
                 self._since_yield += 1
                 if self._since_yield >= _RECORDS_BETWEEN_YIELDS:
                     self._since_yield = 0
@@ -175,7 +182,7 @@ class RecordPolling:
             )
             self._raise_position_error()
             fetcher.raise_errors()
-            await fetcher.wait_for_data(self.config.fetch_max_wait_ms / 1000 or 0.1)
+            await fetcher.wait_for_data(self.config.fetch_max_wait_ms / 1000 or 0.1, chosen)
             self._check_open()
 
     def __aiter__(self) -> Self:
@@ -186,11 +193,42 @@ class RecordPolling:
         # coroutine), which was most of the cost of a record iterated; the loop still gets
         # a turn every _RECORDS_BETWEEN_YIELDS records (in getone).
         if self._since_yield < _RECORDS_BETWEEN_YIELDS:
-            record = self._take_buffered()
+            record = self._take_within_batch()
+            if record is None:
+                record = self._take_buffered()
             if record is not None:
                 self._since_yield += 1
                 return record
         return await self._anext_slowly()
+
+    def _take_within_batch(self) -> ConsumerRecord | None:
+        """``_take_buffered``'s usual case, flattened (it is most of a record's cost): the
+        next record of the batch the previous record came from, if nothing is pending, that
+        data is still current and the record is not its batch's last. Else None."""
+        fetch = self._handing_out
+        if fetch is None:
+            return None
+        state = fetch.state
+        group = self._group
+        positions = self._positions
+        if (
+            fetch.epoch != state.epoch  # seeked, reset or unassigned
+            or state.paused
+            or self._closed
+            or self._fetcher is None
+            or self._fetcher.has_errors
+            or (group is not None and group.error is not None)
+            or (positions is not None and positions.has_error)
+        ):
+            return None
+        position = state.position
+        record = fetch.take_within_batch()
+        if record is None:
+            return None
+        state.processed = position  # the previous record's partition is this one
+        if group is not None:
+            group.polled()
+        return record
 
     def _ready_for_buffered(self) -> Fetcher | None:
         """What ``getone`` does before taking a record (processed positions, liveness), and
@@ -214,13 +252,23 @@ class RecordPolling:
 
     def _take_buffered(self) -> ConsumerRecord | None:
         """The next record if one is buffered and nothing is pending, as ``getone``."""
+        self._handing_out = None
         fetcher = self._ready_for_buffered()
-        taken = fetcher.take_one(None) if fetcher is not None else None
+        if fetcher is None:
+            return None
+        taken = fetcher.take_one(None)
         if taken is None:
             return None
-        state, record = taken
-        self._returned = [state]
+        fetch, record = taken
+        self._returned = [fetch.state]
+        self._hand_out_from(fetcher, fetch)
         return record
+
+    def _hand_out_from(self, fetcher: Fetcher, fetch: CompletedFetch) -> None:
+        """The record just taken came from ``fetch``: the next may too (if its batch has more
+        and nothing older is buffered)."""
+        if fetch.has_more_in_batch and fetcher.is_front(fetch):
+            self._handing_out = fetch
 
     async def _anext_slowly(self) -> ConsumerRecord:
         """``getone`` (errors raised, waits for data, a turn for the loop every so often)."""
