@@ -13,8 +13,8 @@ if the application seeks, pauses or commits between records.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, Self
 
 from kayak.client.consumer.consumer import Consumer
 from kayak.client.consumer.records import ConsumerRecord, TopicPartition
@@ -70,11 +70,11 @@ _MAX_UNSETTLED_S = 0.1
 _PEEK_RECORDS = 500
 
 
-class Handout:
-    """The application thread's side: hands out the records :func:`next_records` peeked,
-    one per :meth:`next`, and settles them through ``run`` (runs a coroutine on the consumer's
-    loop and waits for it) when they run out, go stale, or before any other call
-    (:meth:`settle_pending`)."""
+class Handout(Iterator[ConsumerRecord]):
+    """The application thread's side, an iterator: hands out the records
+    :func:`next_records` peeked, one per ``next()``, and settles them through ``run`` (runs a
+    coroutine on the consumer's loop and waits for it) when they run out, go stale, or before
+    any other call (:meth:`settle_pending`)."""
 
     def __init__(self, consumer: Consumer, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
         self._consumer = consumer
@@ -83,7 +83,10 @@ class Handout:
         self._index = 0  # records of _peeked handed out
         self._settle_by = 0.0
 
-    def next(self) -> ConsumerRecord:
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
         """The next record, as ``__anext__`` would return it (``StopIteration`` once closed)."""
         index = self._index
         peeked = self._peeked

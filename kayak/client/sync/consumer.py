@@ -4,7 +4,7 @@ iterated record by record without a trip to the loop per buffered record."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Self
+from typing import Any
 
 from kayak.client.config import ConsumerConfig
 from kayak.client.consumer import Consumer as AsyncConsumer
@@ -50,7 +50,7 @@ class Consumer(SyncFacade[AsyncConsumer]):
         """One record per step, as ``async for`` gives them; records already buffered are
         handed out without a trip to the loop thread per record."""
         assert self._handout is not None
-        return _RecordIterator(self._handout)
+        return self._handout
 
     getmany = blocking(AsyncConsumer.getmany)
     getmany_values = blocking(AsyncConsumer.getmany_values)
@@ -77,14 +77,3 @@ class Consumer(SyncFacade[AsyncConsumer]):
     last_stable_offset = on_loop(AsyncConsumer.last_stable_offset)
     group_metadata = on_loop(AsyncConsumer.group_metadata)
     statistics = on_loop(AsyncConsumer.statistics)
-
-
-class _RecordIterator(Iterator[ConsumerRecord]):
-    def __init__(self, handout: Handout) -> None:
-        self._next = handout.next
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> ConsumerRecord:
-        return self._next()
