@@ -25,7 +25,10 @@ then the request goes out alone: brokers answer a connection's requests in order
 anything sent behind a held request would wait too. (For that reason fetches go on a
 connection of their own, ``Cluster.fetch_connection``: ListOffsets, OffsetFetch and metadata
 requests never queue behind a held Fetch.) While any partition has a backlog, every request
-carries one (caught-up partitions ride along) and is answered at once.
+carries one (caught-up partitions ride along) and is answered at once. That includes a
+partition held back only because its unread data fills its share of the buffer: its next
+request goes out the moment the application reads it, and must not find a long poll for the
+caught-up partitions ahead of it (unless a poll waits for those partitions alone).
 
 Memory: a partition with fetched, unread data is fetched again only while it holds less than
 its share of ``prefetch.max.bytes`` and everything buffered is below that cap (a partition
