@@ -21,6 +21,14 @@ def _consumer(bootstrap: str, **config: object) -> Consumer:
     return Consumer(settings)
 
 
+def _two_partitions(bootstrap: str, prefix: str, records: int) -> list[TopicPartition]:
+    """A new topic of two partitions holding ``records`` records, alternating between them."""
+    topic = unique(prefix)
+    create_topic(bootstrap, topic, partitions=2)
+    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(records)])
+    return [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+
+
 def test_each_record_advances_the_position_by_one_and_the_loop_gets_turns(
     kayak_broker: RunningBroker,
 ) -> None:
@@ -63,10 +71,7 @@ def test_a_seek_or_pause_between_records_takes_effect_on_the_next_one(
     kayak_broker: RunningBroker,
 ) -> None:
     bootstrap = kayak_broker.bootstrap_servers
-    topic = unique("iterate-seek")
-    create_topic(bootstrap, topic, partitions=2)
-    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(1000)])
-    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    tp0, tp1 = _two_partitions(bootstrap, "iterate-seek", 1000)
 
     async def main() -> None:
         async with _consumer(bootstrap) as consumer:
@@ -137,10 +142,7 @@ def test_an_error_met_between_two_records_of_one_batch_is_raised_at_the_next(
     fetcher met meanwhile (here: partition 1 sought past its end, with no reset policy)
     still comes first, and the record it held back is the next one after it."""
     bootstrap = kayak_broker.bootstrap_servers
-    topic = unique("iterate-error")
-    create_topic(bootstrap, topic, partitions=2)
-    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(400)])
-    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    tp0, tp1 = _two_partitions(bootstrap, "iterate-error", 400)
 
     async def main() -> None:
         async with _consumer(bootstrap, auto_offset_reset="none") as consumer:
