@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import threading
@@ -209,6 +210,35 @@ def test_a_failing_topic_in_a_batch_does_not_stop_the_others(tmp_path: Path) -> 
             await other.close()
 
     asyncio.run(run())
+
+
+def test_a_big_request_describes_each_topic_s_own_configs_and_logs_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The topics of one request share their described configs where they have the same
+    overrides, and only then; the broker's log names the request, not each of its topics."""
+    names = [f"described-{i:02d}" for i in range(30)]
+    request = create_request(names)
+    for topic in request.topics[::2]:
+        topic.configs = [CreatableTopicConfig("retention.ms", "1000")]
+
+    async def create() -> CreateTopicsResponse:
+        async with Broker(tmp_path / "data", port=0) as broker:
+            client = await AsyncClient.connect(broker.bootstrap_servers)
+            answer = await client.request(request, 5)
+            await client.close()
+            assert isinstance(answer, CreateTopicsResponse)
+            return answer
+
+    with caplog.at_level(logging.INFO, logger="kayak.broker.catalog"):
+        answer = asyncio.run(create())
+    for i, result in enumerate(answer.topics):
+        retention = {c.name: c for c in result.configs}["retention.ms"]
+        expected = ("1000", 1) if i % 2 == 0 else ("604800000", 5)  # override; Kafka default
+        assert (retention.value, retention.config_source) == expected, result.name
+    created = [r.getMessage() for r in caplog.records if "described-" in r.getMessage()]
+    summary = "created 30 topics (described-00 ... described-29) with 30 partitions in all"
+    assert created == [summary]
 
 
 def test_other_connections_are_served_while_a_big_creation_is_written(tmp_path: Path) -> None:

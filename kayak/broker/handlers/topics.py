@@ -32,6 +32,8 @@ from kayak.protocol.messages.delete_topics_response import (
 )
 
 _DUPLICATE = "the request names this topic more than once"
+# CreateTopics answers carry each topic's configuration from v5 (KIP-525).
+_FIRST_VERSION_WITH_CONFIGS = 5
 
 
 def _duplicates(names: list[str | None]) -> set[str]:
@@ -75,8 +77,9 @@ async def handle_create_topics(
     created = await ctx.broker.catalog.create_topics(
         [new for _, new in creatable], request.validate_only
     )
+    described: dict[tuple[object, ...], list[CreatableTopicConfigs]] = {}
     for (result, new), topic in zip(creatable, created, strict=True):
-        _describe_created(ctx, result, new, topic)
+        _describe_created(ctx, result, new, topic, described)
         if not request.validate_only and isinstance(topic, Topic):
             warn_if_compacted(topic)
     for name in sorted(duplicates):
@@ -167,20 +170,33 @@ def _misplaced(ctx: RequestContext, replicas: Sequence[Sequence[int]], first: in
 
 
 def _describe_created(
-    ctx: RequestContext, result: CreatableTopicResult, new: NewTopic, topic: Topic | KafkaError
+    ctx: RequestContext,
+    result: CreatableTopicResult,
+    new: NewTopic,
+    topic: Topic | KafkaError,
+    described: dict[tuple[object, ...], list[CreatableTopicConfigs]],
 ) -> None:
+    """Fill ``result`` in; ``described``: the configs already described in this answer
+    (the topics of one request mostly share them, and read-only, they can be shared)."""
     if isinstance(topic, KafkaError):
         result.error_code, result.error_message = topic.code, topic.message
         return
     result.topic_id = topic.topic_id
     result.num_partitions = new.num_partitions
     result.replication_factor = 1
-    entries = topic_entries(
-        topic.config.to_properties(), dict(new.configs), ctx.broker.catalog.defaults
-    )
-    result.configs = [
-        CreatableTopicConfigs(name=e.name, value=e.value, config_source=e.source) for e in entries
-    ]
+    if ctx.version < _FIRST_VERSION_WITH_CONFIGS:
+        return
+    key = (topic.config, *sorted(new.configs.items()))
+    configs = described.get(key)
+    if configs is None:
+        entries = topic_entries(
+            topic.config.to_properties(), dict(new.configs), ctx.broker.catalog.defaults
+        )
+        configs = described[key] = [
+            CreatableTopicConfigs(name=e.name, value=e.value, config_source=e.source)
+            for e in entries
+        ]
+    result.configs = configs
 
 
 async def handle_delete_topics(

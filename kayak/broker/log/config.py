@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from kayak.broker.log.config_defs import (
@@ -97,6 +98,19 @@ class LogConfig:
         broker's own stored topics, and must also meet today's minimums (``segment.bytes``
         ≥ 1 MiB); a topic stored by an older version with a smaller value still loads.
         """
+        if cls is LogConfig:
+            try:
+                # With each value's type: 1 == True, but they need not parse alike.
+                key = tuple((name, type(value), value) for name, value in properties.items())
+                return _parsed(key, base, from_user)
+            except TypeError:  # a value that cannot be a cache key (not from a request or file)
+                pass
+        return cls._parse(properties, base, from_user)
+
+    @classmethod
+    def _parse(
+        cls, properties: Mapping[str, Any], base: LogConfig | None, from_user: bool
+    ) -> LogConfig:
         base = base or cls()
         changes: dict[str, Any] = {}
         others = dict(base.others)
@@ -118,6 +132,9 @@ class LogConfig:
 
     def to_properties(self) -> dict[str, str]:
         """Every topic configuration by its Kafka name, as DescribeConfigs reports it."""
+        return dict(_properties_of(self))
+
+    def _properties(self) -> tuple[tuple[str, str], ...]:
         properties = {name: d.default for name, d in TOPIC_CONFIGS.items()}
         properties.update(self.others)
         for f in fields(self):
@@ -125,7 +142,7 @@ class LogConfig:
             if name is not None:
                 value = getattr(self, f.name)
                 properties[name] = value if isinstance(value, str) else str(value)
-        return dict(sorted(properties.items()))
+        return tuple(sorted(properties.items()))
 
     def validate_user_choice(self) -> None:
         """:meth:`validate`, plus what a new setting must meet: the minimums of today
@@ -205,3 +222,22 @@ def _attribute_value(definition: TopicConfigDef, raw: object) -> Any:
     if definition.type is ConfigType.LIST:
         return ",".join(value)
     return value
+
+
+# A broker parses the same few property sets over and over (every topic created, loaded or
+# described with the defaults, or with the same overrides): parsing and validating one takes
+# ~0.1 ms, which made 2,000 topics in one CreateTopics cost a fifth of a second each way.
+# LogConfig is frozen, so a cached one is safe to share.
+_CACHED_CONFIGS = 1024
+
+
+@lru_cache(maxsize=_CACHED_CONFIGS)
+def _parsed(
+    properties: tuple[tuple[str, type, Any], ...], base: LogConfig | None, from_user: bool
+) -> LogConfig:
+    return LogConfig._parse({name: value for name, _, value in properties}, base, from_user)
+
+
+@lru_cache(maxsize=_CACHED_CONFIGS)
+def _properties_of(config: LogConfig) -> tuple[tuple[str, str], ...]:
+    return config._properties()
