@@ -145,7 +145,7 @@ def start_apache_kafka(
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    return KafkaProcess(name, process, kafka.port, kafka.log_path, directory, kafka)
+    return KafkaProcess(name, process, kafka.port, kafka.log_path, data_dir=directory, kafka=kafka)
 
 
 # -- which brokers -------------------------------------------------------------------------
