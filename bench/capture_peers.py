@@ -56,13 +56,17 @@ def enable_kayak_capture(dsn: str, slot: str) -> None:
 
 
 def start_kayak_capture(
-    directory: Path, dsn: str, bootstrap: str, registry_url: str, slot: str, value_format: str
-) -> Background:
-    """``kayak cdc run`` of ``orders`` into topic ``kayak.public.orders``, in the background."""
+    directory: Path, dsn: str, bootstrap: str, registry_url: str, slot: str | None,
+    value_format: str, *extra: str,
+) -> Background:  # fmt: skip
+    """``kayak cdc run`` of ``orders`` into topic ``kayak.public.orders`` (``kayak.main.orders``
+    from SQLite: ``slot`` None, no connection to name), in the background; ``extra``: more
+    options of ``kayak cdc run`` (``-X`` producer properties)."""
+    source, slot_options = (dsn, ()) if slot is None else (with_application(dsn), ("--slot", slot))
     command = [
-        sys.executable, "-m", "kayak", "cdc", "run", with_application(dsn), "orders",
-        "-b", bootstrap, "--registry-url", registry_url, "--slot", slot,
-        "--prefix", "kayak", "--format", value_format, "--status-interval", "5",
+        sys.executable, "-m", "kayak", "cdc", "run", source, "orders",
+        "-b", bootstrap, "--registry-url", registry_url, *slot_options,
+        "--prefix", "kayak", "--format", value_format, "--status-interval", "5", *extra,
     ]  # fmt: skip
     capture = Background(command, directory / "kayak-cdc.log").start()
     capture.wait_for("capturing orders", timeout=120)

@@ -8,6 +8,12 @@ replicates it, in its own process (bench/cdc_workloads.py). Reported, median of 
 - changes/s end to end (the workload's first change to the target having applied its
   last), beside the source alone: the same workload against an uncaptured copy of the table,
   i.e. how fast changes can be made at all;
+- SQLite: changes/s of the capture alone, ``kayak cdc run`` (its own process) publishing a
+  fresh captured copy of the table into a kayak broker with its schema registry, no Spark
+  and no target: the workload's first change to the change topic's end offset taking its
+  last value (bench/capture_measure.py), and its CPU per change (capture process + broker).
+  Issue 27 holds the pipeline to >= 0.9x of it ("pipeline / capture alone", the median of
+  per-run ratios; PostgreSQL's capture alone is bench/cdc_capture.py's, "-" here);
 - the latency of each applied change from its source commit to the target's commit
   (p50/p99) in a second pass paced at half the source alone's rate;
 - CPU per change (µs, user + system from /proc) of every process of the pipeline, beside
@@ -31,13 +37,17 @@ import argparse
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from capture_measure import read_cpu, wait_settled
+from capture_peers import start_kayak_capture
 from cdc_cpu import CpuMeter, tree_cpu_s
 from cdc_measure import log, replicate
 from cdc_postgres import (
@@ -50,12 +60,18 @@ from cdc_postgres import (
     start_clusters,
 )
 from cdc_report import Measured, cpu_table, throughput_table
-from cdc_workloads import run_workload_process
+from cdc_workloads import WorkloadProcess, run_workload_process
+from peers import start_kayak
 from result_tables import add_plot_option, plot_table
 
+from kayak.client.sync import Admin
 from kayak.pipeline.session import local_spark, stop_spark
 from kayak.pipeline.spec import PipelineSpec
 from kayak.pipeline.workload import create_orders
+
+CAPTURE_TOPIC = "kayak.main.orders"  # kayak cdc run --prefix kayak of SQLite's orders
+QUIET_S = 3.0  # the topic's end offset has not moved for this long: the capture is done
+CAPTURE_TIMEOUT_S = 600.0
 
 
 class Bench:
@@ -84,8 +100,12 @@ class Bench:
         measure(reader, run, work, into)
         full, paced = into.runs[-1].full, into.runs[-1].paced
         paced_rate = paced.changes / paced.workload_elapsed_s
+        capture = ""
+        if into.capture_rates:
+            capture = (f", capture alone {into.capture_rates[-1]:,.0f}/s at "
+                       f"{into.capture_us[-1]:,.0f} µs CPU/change")  # fmt: skip
         log(f"{kind} / {reader} run {run + 1}: {full.rate:,.0f} changes/s (source alone "
-            f"{into.alone_rates[-1]:,.0f}/s); paced at {paced_rate:,.0f}/s "
+            f"{into.alone_rates[-1]:,.0f}/s{capture}); paced at {paced_rate:,.0f}/s "
             f"p50 {into.runs[-1].p50_ms:,.0f} ms, p99 {into.runs[-1].p99_ms:,.0f} ms; "
             f"CPU s {', '.join(f'{k} {v:.2f}' for k, v in full.cpu_s.items())}, "
             f"workload {full.workload_cpu_s:.2f}\n  {into.runs[-1].batches}")  # fmt: skip
@@ -105,11 +125,52 @@ class Bench:
         """The latency pass's rate: ``--latency-rate``, else half the source alone's."""
         return float(self.args.latency_rate) or into.alone_rates[-1] / 2
 
+    def _capture_alone(self, work: Path, into: Measured) -> None:
+        """``kayak cdc run`` of a fresh captured copy into a fresh broker, no Spark: the rate
+        from the workload's first change to the topic's end offset taking its last value,
+        and the CPU per change of the capture process and the broker."""
+        from kayak.cdc.sqlite import enable
+
+        path, changes = str(work / "capture.db"), self.args.changes
+        create_orders(path, self.args.rows)
+        snapshot_rows = enable(path, "orders")  # as the pipeline does (prepare_source)
+        source = f"sqlite:{path}"
+        broker = start_kayak(work, registry=True)
+        capture = None
+        try:
+            # The pipeline's capture producer lingers 5 ms (kayak.pipeline.runner).
+            capture = start_kayak_capture(work, source, broker.bootstrap,
+                                          str(broker.registry_url), None, "avro",
+                                          "-X", "linger.ms=5")  # fmt: skip
+            assert capture.process is not None
+            pid = capture.process.pid
+            groups = {"capture": lambda: tree_cpu_s(pid), "broker": lambda: tree_cpu_s(broker.pid)}
+            settled = partial(wait_settled, quiet_s=QUIET_S, timeout_s=CAPTURE_TIMEOUT_S,
+                              alive=capture.alive)  # fmt: skip
+            with Admin(bootstrap_servers=broker.bootstrap) as admin:
+                # The snapshot in the topic first, so the clock measures streaming only.
+                snapshot = settled(admin, CAPTURE_TOPIC, snapshot_rows, {})
+                workload = WorkloadProcess(source, changes, seed=11)  # the pipeline's full pass
+                before = read_cpu(groups)
+                started = time.monotonic()
+                workload.go()
+                workload.wait()
+                # Each change is at least one record (commit markers come on top).
+                done = settled(admin, CAPTURE_TOPIC, snapshot.offset + changes, groups)
+        finally:
+            if capture is not None:
+                capture.stop()
+            broker.stop()
+        used = sum(done.cpu_s[name] - before[name] for name in groups)
+        into.capture_rates.append(changes / (done.at - started))
+        into.capture_us.append(used / changes * 1e6)
+
     def _sqlite(self, reader: str, run: int, work: Path, into: Measured) -> None:
         plain, captured = str(work / "plain.db"), str(work / "source.db")
         for path in (plain, captured):
             create_orders(path, self.args.rows)
         self._alone(f"sqlite:{plain}", into, None)
+        self._capture_alone(work, into)
         spec = PipelineSpec(source=f"sqlite:{captured}", tables=["orders"],
                             target=f"sqlite:{work / 'target.db'}",
                             work_dir=work / "pipeline", reader=reader)  # fmt: skip

@@ -26,11 +26,14 @@ EXTRA = "source's extra under capture"
 
 @dataclass
 class Measured:
-    """The runs of one source and reader: the source alone's and the pipeline's."""
+    """The runs of one source and reader: the source alone's, the capture alone's (SQLite
+    only; empty for PostgreSQL) and the pipeline's."""
 
     alone_rates: list[float] = field(default_factory=list)
     alone_workload_us: list[float] = field(default_factory=list)
     alone_server_us: list[float] = field(default_factory=list)
+    capture_rates: list[float] = field(default_factory=list)
+    capture_us: list[float] = field(default_factory=list)  # capture process + broker
     runs: list[RunResult] = field(default_factory=list)
 
     def alone_us(self, run: int) -> float:
@@ -50,25 +53,31 @@ def pipeline_us(measured: Measured, run: int, phase: Phase) -> dict[str, float]:
 
 
 def throughput_table(measured: dict[tuple[str, str], Measured], changes: int) -> Table:
+    """Rates and latencies; "-" where this bench does not measure the capture alone
+    (PostgreSQL: bench/cdc_capture.py does)."""
     table = Table(["source", "changes", "workload rate", "source alone changes/s",
-                   "pipeline changes/s", "ratio", "latency p50 ms", "latency p99 ms"])  # fmt: skip
+                   "capture alone changes/s", "pipeline changes/s", "ratio",
+                   "pipeline / capture alone", "latency p50 ms", "latency p99 ms"])  # fmt: skip
     for (kind, reader), m in measured.items():
         rates = [r.full.rate for r in m.runs]
         half = median([r.paced.changes / r.paced.workload_elapsed_s for r in m.runs])  # as made
+        capture = f"{median(m.capture_rates):,.0f}" if m.capture_rates else "-"
         table.add(f"{kind}, {reader} reader", f"{changes:,}",
                   f"max; latency at {half:,.0f}/s",
-                  f"{median(m.alone_rates):,.0f}", f"{median(rates):,.0f}",
+                  f"{median(m.alone_rates):,.0f}", capture, f"{median(rates):,.0f}",
                   times(paired_ratio(rates, m.alone_rates)),
+                  times(paired_ratio(rates, m.capture_rates)),
                   f"{median([r.p50_ms for r in m.runs]):,.0f}",
                   f"{median([r.p99_ms for r in m.runs]):,.0f}")  # fmt: skip
     return table
 
 
 def cpu_table(measured: dict[tuple[str, str], Measured]) -> Table:
-    """µs of CPU per change, full rate unless said; medians over runs, each column alone."""
+    """µs of CPU per change, full rate unless said; medians over runs, each column alone.
+    "capture alone" is its capture process + broker (SQLite only; "-" for PostgreSQL)."""
     columns = ["source", "source alone: workload µs", "source alone: DB server µs",
-               "source alone µs", *(f"{p} µs" for p in PIPELINE_PARTS), f"{EXTRA} µs",
-               "pipeline µs", "x source", "pipeline µs at half rate",
+               "source alone µs", "capture alone µs", *(f"{p} µs" for p in PIPELINE_PARTS),
+               f"{EXTRA} µs", "pipeline µs", "x source", "pipeline µs at half rate",
                "x source at half rate"]  # fmt: skip
     table = Table(columns)
     for (kind, reader), m in measured.items():
@@ -82,6 +91,7 @@ def cpu_table(measured: dict[tuple[str, str], Measured]) -> Table:
 
         table.add(f"{kind}, {reader} reader", human(median(m.alone_workload_us)),
                   human(median(m.alone_server_us)), human(median(alone)),
+                  human(median(m.capture_us)),
                   *(part(p, full) for p in PIPELINE_PARTS), part(EXTRA, full),
                   part("total", full),
                   times(paired_ratio([r["total"] for r in full], alone)),
