@@ -27,6 +27,17 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
 
 
+def numbered_topic(
+    bootstrap: str, prefix: str, records: int, partitions: int = 1
+) -> list[TopicPartition]:
+    """A new topic holding ``records`` records (values b"0", b"1", ..., no keys), dealt to
+    its ``partitions`` in turn; its partitions."""
+    topic = unique(prefix)
+    create_topic(bootstrap, topic, partitions)
+    produce(bootstrap, topic, [(i % partitions, None, b"%d" % i) for i in range(records)])
+    return [TopicPartition(topic, p) for p in range(partitions)]
+
+
 def produce(
     bootstrap: str,
     topic: str,

@@ -10,7 +10,7 @@ import pytest
 from kayak.client.consumer import Consumer, ConsumerRecord, TopicPartition
 from kayak.errors import OffsetOutOfRangeError
 from tests.client.conftest import RunningBroker
-from tests.client.consumer_support import create_topic, produce, run, unique
+from tests.client.consumer_support import numbered_topic, run, unique
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,22 +21,11 @@ def _consumer(bootstrap: str, **config: object) -> Consumer:
     return Consumer(settings)
 
 
-def _two_partitions(bootstrap: str, prefix: str, records: int) -> list[TopicPartition]:
-    """A new topic of two partitions holding ``records`` records, alternating between them."""
-    topic = unique(prefix)
-    create_topic(bootstrap, topic, partitions=2)
-    produce(bootstrap, topic, [(i % 2, None, b"%d" % i) for i in range(records)])
-    return [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-
-
 def test_each_record_advances_the_position_by_one_and_the_loop_gets_turns(
     kayak_broker: RunningBroker,
 ) -> None:
     bootstrap = kayak_broker.bootstrap_servers
-    topic = unique("iterate")
-    create_topic(bootstrap, topic)
-    produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(2000)])
-    tp = TopicPartition(topic, 0)
+    (tp,) = numbered_topic(bootstrap, "iterate", 2000)
 
     async def main() -> None:
         turns = 0
@@ -71,7 +60,7 @@ def test_a_seek_or_pause_between_records_takes_effect_on_the_next_one(
     kayak_broker: RunningBroker,
 ) -> None:
     bootstrap = kayak_broker.bootstrap_servers
-    tp0, tp1 = _two_partitions(bootstrap, "iterate-seek", 1000)
+    tp0, tp1 = numbered_topic(bootstrap, "iterate-seek", 1000, partitions=2)
 
     async def main() -> None:
         async with _consumer(bootstrap) as consumer:
@@ -105,10 +94,8 @@ def test_auto_commit_covers_only_the_records_the_iteration_moved_past(
     kayak_broker: RunningBroker,
 ) -> None:
     bootstrap = kayak_broker.bootstrap_servers
-    topic, group = unique("iterate-commit"), unique("iterate-g")
-    create_topic(bootstrap, topic)
-    produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(1000)])
-    tp = TopicPartition(topic, 0)
+    (tp,) = numbered_topic(bootstrap, "iterate-commit", 1000)
+    topic, group = tp.topic, unique("iterate-g")
     config = {
         "group.id": group,
         "enable.auto.commit": True,
@@ -142,7 +129,7 @@ def test_an_error_met_between_two_records_of_one_batch_is_raised_at_the_next(
     fetcher met meanwhile (here: partition 1 sought past its end, with no reset policy)
     still comes first, and the record it held back is the next one after it."""
     bootstrap = kayak_broker.bootstrap_servers
-    tp0, tp1 = _two_partitions(bootstrap, "iterate-error", 400)
+    tp0, tp1 = numbered_topic(bootstrap, "iterate-error", 400, partitions=2)
 
     async def main() -> None:
         async with _consumer(bootstrap, auto_offset_reset="none") as consumer:

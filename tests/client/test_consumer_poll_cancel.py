@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kayak.client.consumer import Consumer, TopicPartition
+from kayak.client.consumer import Consumer
 from tests.client.conftest import RunningBroker
-from tests.client.consumer_support import create_topic, produce, read_count, run, unique
+from tests.client.consumer_support import numbered_topic, produce, read_count, run
 
 
 def _data_arrives(consumer: Consumer) -> None:
@@ -24,10 +24,8 @@ def _data_arrives(consumer: Consumer) -> None:
 
 def test_cancel_meeting_an_arriving_response_ends_the_poll(kafka_cluster: RunningBroker) -> None:
     bootstrap = kafka_cluster.bootstrap_servers
-    topic = unique("poll-cancel")
-    create_topic(bootstrap, topic)
-    produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(10)])
-    tp = TopicPartition(topic, 0)
+    (tp,) = numbered_topic(bootstrap, "poll-cancel", 10)
+    topic = tp.topic
 
     async def main() -> None:
         consumer = Consumer({"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 500})
@@ -66,10 +64,7 @@ def test_end_offsets_does_not_wait_behind_a_long_poll(kafka_cluster: RunningBrok
     """A caught-up consumer has a Fetch parked at the broker for ``fetch.max.wait.ms``;
     brokers answer one connection's requests in order, so a ListOffsets must not share it."""
     bootstrap = kafka_cluster.bootstrap_servers
-    topic = unique("poll-end-offsets")
-    create_topic(bootstrap, topic)
-    produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(3)])
-    tp = TopicPartition(topic, 0)
+    (tp,) = numbered_topic(bootstrap, "poll-end-offsets", 3)
 
     async def main() -> list[float]:
         config = {"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 2000}
