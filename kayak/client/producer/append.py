@@ -7,7 +7,13 @@ with room, the record's value, key, headers and timestamp, and what reports its 
 (``ProducerBatch.reports``). When the batch completes, one pass over its reports resolves the
 futures or calls the callbacks; records produced without a callback cost nothing then.
 
-``produce`` is a plain method: it never waits. ``buffer.memory`` full raises
+``produce`` is a plain method: it never waits. Its common case (a bytes value without key,
+headers, partition or timestamp, to a known topic whose open batch has room) runs in C when
+``_per_record.c`` is built (:mod:`.native`): a started producer's ``produce`` is then a
+``PlainAppender``, which hands every other call, unchanged, to the Python method below (the
+reference; ``KAYAK_PURE_PYTHON=1`` selects it alone).
+
+``buffer.memory`` full raises
 :class:`~kayak.client.producer.errors.BufferFullError` (a ``BufferError``, as confluent-kafka's
 ``produce`` raises): let the event loop run (``await producer.flush()``, or any ``await``) and
 produce again. A topic whose metadata the producer has not seen yet does not fail: its records
@@ -30,10 +36,12 @@ from kayak.client.producer.batch import (
     RECORD_MEMORY_OVERHEAD,
     DeliveryCallback,
     HeaderList,
+    PartitionQueue,
     ProducerBatch,
     Value,
 )
 from kayak.client.producer.errors import BufferFullError, ProducerClosedError
+from kayak.client.producer.native import per_record
 from kayak.client.producer.record_metadata import UNKNOWN_OFFSET, RecordMetadata
 from kayak.client.producer.record_sizes import Headers, measure, too_large
 from kayak.client.producer.sender import TopicState
@@ -47,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["RecordAppender"]
+
+
+if per_record is not None:
+    per_record.configure(TopicState, PartitionQueue, ProducerBatch, BufferMemory)
 
 
 class _Waiting(NamedTuple):
@@ -87,6 +99,29 @@ class RecordAppender(ABC):
         """The topic's partitions, from metadata (waiting for it within max.block.ms)."""
 
     # -- produce ----------------------------------------------------------------------------------
+
+    def _install_plain_appender(self) -> None:
+        """Once started: let ``produce``'s common case run in C (not for transactional
+        producers, whose every record checks the transaction's state first)."""
+        if per_record is None or self._transaction is not None:
+            return
+        appender = per_record.PlainAppender(
+            RecordAppender.produce.__get__(self), self._topics, self._waiting, self._memory,
+            self._batch_size, self._max_record_size, RECORD_OVERHEAD, RECORD_MEMORY_OVERHEAD,
+            CALLBACK,
+        )  # fmt: skip
+        # An instance attribute: ``producer.produce`` finds it before the method. (Set as
+        # attributes are, not through vars(self), which would give the instance a dict of its
+        # own and slow every other attribute read of ``send``.)
+        setattr(self, "produce", appender)  # noqa: B010
+
+    def _uninstall_plain_appender(self) -> None:
+        """Closing: every ``produce``, even through a reference taken earlier, goes to Python
+        (which raises ProducerClosedError)."""
+        appender = getattr(self, "produce", None)
+        if per_record is not None and isinstance(appender, per_record.PlainAppender):
+            appender.enabled = False
+            delattr(self, "produce")
 
     def produce(
         self,
@@ -188,7 +223,9 @@ class RecordAppender(ABC):
 
     def _abandon_waiting(self, error: BaseException) -> None:
         """Closing gave up: records still waiting for metadata fail with ``error``."""
-        waiting, self._waiting = self._waiting, {}
+        # Emptied in place: the C fast path of produce holds this dict.
+        waiting = dict(self._waiting)
+        self._waiting.clear()
         for task in list(self._waiting_tasks):
             task.cancel()
         for topic, records in waiting.items():

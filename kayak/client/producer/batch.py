@@ -18,6 +18,7 @@ from typing import Protocol, TypeAlias
 
 import crc32c
 
+from kayak.client.producer.native import per_record
 from kayak.client.producer.record_metadata import (
     UNKNOWN_OFFSET,
     RecordMetadata,
@@ -306,9 +307,17 @@ class ProducerBatch:
 
     def _metadata(
         self, count: int, base_offset: int, log_append_time: int
-    ) -> Iterator[RecordMetadata]:
-        """The ``RecordMetadata`` of each record that has a report, made as they are read."""
+    ) -> Iterable[RecordMetadata]:
+        """The ``RecordMetadata`` of each record that has a report (in C when built; else
+        made as they are read)."""
         positions = self.report_positions
+        if per_record is not None:
+            stamps = None if log_append_time >= 0 else self.timestamps
+            stamp = log_append_time if log_append_time >= 0 else self.timestamp
+            return per_record.record_metadata(
+                RecordMetadata, count, self.queue.topic, self.queue.partition, base_offset,
+                positions, stamps, stamp,
+            )  # fmt: skip
         offsets: Iterable[int]
         if base_offset < 0:
             offsets = repeat(UNKNOWN_OFFSET, count)

@@ -213,6 +213,7 @@ class Producer(RecordAppender):
         )
         self._create_future = self._loop.create_future
         self._started = True
+        self._install_plain_appender()
         self._reporter = reporter_for(
             self.config.statistics_interval_ms, self.config.stats_cb, self.statistics
         )
@@ -384,6 +385,7 @@ class Producer(RecordAppender):
             await asyncio.shield(self._closing)
             return
         self._closed = True
+        self._uninstall_plain_appender()
         self._closing = asyncio.get_running_loop().create_future()
         try:
             if self._started:

@@ -1,0 +1,585 @@
+/*
+ * kayak.client.producer._per_record: the producer's per-record work in C: produce's common
+ * case (PlainAppender) and the RecordMetadata of a stored batch's records (record_metadata).
+ *
+ * An optional accelerator of RecordAppender.produce (append.py), which stays the reference and
+ * the path for everything else. A PlainAppender is installed as a started producer's
+ * ``produce``. It takes the record the way the Python code would when everything is ordinary:
+ * bytes value, no key, headers, partition or timestamp, a known topic whose sticky partition
+ * has an open batch with room, no record waiting for metadata, room in buffer.memory, a batch
+ * with no keyed records and this millisecond's timestamp. Anything else, and any doubt (an
+ * unexpected type, a number that does not fit), goes to the Python method with the same
+ * arguments, before anything has changed. So both paths leave identical batches, and every
+ * error is raised by the Python code.
+ *
+ * It reads and writes the slots of TopicState, PartitionQueue, ProducerBatch and BufferMemory
+ * at the offsets their member descriptors give (configure()), as the interpreter's own slot
+ * loads do, and only on objects of exactly those classes.
+ *
+ * record_metadata() makes the RecordMetadata of every reported record of a stored batch in
+ * one loop (ProducerBatch._metadata's Python is the reference): the tuples are filled as
+ * tuple.__new__ fills them, without an argument tuple and a zip per record.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <time.h>
+
+/* -- the classes whose slots the fast path reads ---------------------------------------------- */
+
+typedef struct {
+    PyTypeObject *topic_state;
+    Py_ssize_t off_sticky, off_queues;
+    PyTypeObject *queue;
+    Py_ssize_t off_open;
+    PyTypeObject *batch;
+    Py_ssize_t off_size, off_record_count, off_plain, off_reports, off_report_positions,
+        off_report_kinds, off_values, off_timestamps, off_timestamp;
+    PyTypeObject *memory;
+    Py_ssize_t off_used, off_limit, off_waiters;
+} layout;
+
+static layout classes;
+static int configured = 0;
+static PyObject *str_on_delivery, *str_key, *str_headers, *str_partition, *str_timestamp;
+
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* Offset of the object slot ``name`` of ``type``, from its member descriptor. */
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)
+        || member->offset < (Py_ssize_t)sizeof(PyObject)
+        || member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a plain object slot", type->tp_name, name);
+        return -1;
+    }
+    *offset = member->offset;
+    return 0;
+}
+
+static int
+exact_class(PyObject *candidate, PyTypeObject **into)
+{
+    if (!PyType_Check(candidate)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes classes");
+        return -1;
+    }
+    *into = (PyTypeObject *)candidate;
+    return 0;
+}
+
+PyDoc_STRVAR(configure_doc,
+"configure(topic_state, partition_queue, producer_batch, buffer_memory)\n"
+"\n"
+"Tell the fast path the classes whose slots it reads (once, when kayak's producer loads).");
+
+static PyObject *
+configure(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *t, *q, *b, *m;
+    if (!PyArg_ParseTuple(args, "OOOO:configure", &t, &q, &b, &m)) {
+        return NULL;
+    }
+    layout fresh;
+    if (exact_class(t, &fresh.topic_state) < 0 || exact_class(q, &fresh.queue) < 0
+        || exact_class(b, &fresh.batch) < 0 || exact_class(m, &fresh.memory) < 0) {
+        return NULL;
+    }
+    if (slot_offset(fresh.topic_state, "sticky", &fresh.off_sticky) < 0
+        || slot_offset(fresh.topic_state, "queues", &fresh.off_queues) < 0
+        || slot_offset(fresh.queue, "open", &fresh.off_open) < 0
+        || slot_offset(fresh.batch, "size", &fresh.off_size) < 0
+        || slot_offset(fresh.batch, "record_count", &fresh.off_record_count) < 0
+        || slot_offset(fresh.batch, "plain", &fresh.off_plain) < 0
+        || slot_offset(fresh.batch, "reports", &fresh.off_reports) < 0
+        || slot_offset(fresh.batch, "report_positions", &fresh.off_report_positions) < 0
+        || slot_offset(fresh.batch, "report_kinds", &fresh.off_report_kinds) < 0
+        || slot_offset(fresh.batch, "values", &fresh.off_values) < 0
+        || slot_offset(fresh.batch, "timestamps", &fresh.off_timestamps) < 0
+        || slot_offset(fresh.batch, "timestamp", &fresh.off_timestamp) < 0
+        || slot_offset(fresh.memory, "used", &fresh.off_used) < 0
+        || slot_offset(fresh.memory, "limit", &fresh.off_limit) < 0
+        || slot_offset(fresh.memory, "waiters", &fresh.off_waiters) < 0) {
+        return NULL;
+    }
+    if (configured) {
+        Py_DECREF(classes.topic_state);
+        Py_DECREF(classes.queue);
+        Py_DECREF(classes.batch);
+        Py_DECREF(classes.memory);
+    }
+    Py_INCREF(fresh.topic_state);
+    Py_INCREF(fresh.queue);
+    Py_INCREF(fresh.batch);
+    Py_INCREF(fresh.memory);
+    classes = fresh;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* -- PlainAppender ---------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback; /* the Python produce, bound to the producer */
+    PyObject *topics;   /* dict: topic name -> TopicState (the producer's, shared) */
+    PyObject *waiting;  /* dict: records waiting for a topic's metadata (shared) */
+    PyObject *memory;   /* BufferMemory */
+    long long batch_size, max_record_size, record_overhead, memory_overhead, callback_kind;
+    char enabled;
+} PlainAppender;
+
+/* A slot holding an exact int that fits a long long, into *out; 0 if it is anything else. */
+static inline int
+small_int(PyObject *value, long long *out)
+{
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return !overflow && !(*out == -1 && PyErr_Occurred());
+}
+
+static inline void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *fresh)
+{
+    PyObject *old = SLOT(obj, offset);
+    SLOT(obj, offset) = fresh; /* takes the reference */
+    Py_XDECREF(old);
+}
+
+static inline long long
+now_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        return -1; /* the Python path reads the clock and raises */
+    }
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether the keyword arguments allow the fast path; *on_delivery gets the callback. */
+static int
+plain_keywords(PyObject *const *values, PyObject *kwnames, PyObject **on_delivery)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (name == str_on_delivery) {
+            *on_delivery = values[i];
+        } else if (values[i] != Py_None) {
+            return 0;
+        } else if (name != str_key && name != str_headers && name != str_partition
+                   && name != str_timestamp) {
+            return 0; /* not interned, misspelt, or given twice: Python says which */
+        }
+    }
+    return 1;
+}
+
+/* Whether positional arguments after topic and value (key, headers, partition, timestamp,
+ * on_delivery: the sync facade hands records over this way) allow the fast path. */
+static inline int
+plain_positionals(PyObject *const *args, Py_ssize_t nargs, PyObject **on_delivery)
+{
+    for (Py_ssize_t i = 2; i < nargs && i < 6; i++) {
+        if (args[i] != Py_None) {
+            return 0;
+        }
+    }
+    if (nargs == 7) {
+        *on_delivery = args[6];
+    }
+    return 1;
+}
+
+/* The open batch of the topic's sticky partition, if the fast path can use it (borrowed). */
+static PyObject *
+sticky_open_batch(PlainAppender *self, PyObject *topic)
+{
+    PyObject *state = PyDict_GetItemWithError(self->topics, topic);
+    if (state == NULL || Py_TYPE(state) != classes.topic_state) {
+        return NULL;
+    }
+    long long partition;
+    PyObject *queues = SLOT(state, classes.off_queues);
+    if (!small_int(SLOT(state, classes.off_sticky), &partition) || partition < 0
+        || queues == NULL || !PyList_CheckExact(queues) || partition >= PyList_GET_SIZE(queues)) {
+        return NULL;
+    }
+    PyObject *queue = PyList_GET_ITEM(queues, partition);
+    if (Py_TYPE(queue) != classes.queue) {
+        return NULL;
+    }
+    PyObject *batch = SLOT(queue, classes.off_open);
+    if (batch == NULL || Py_TYPE(batch) != classes.batch) {
+        return NULL;
+    }
+    return batch;
+}
+
+static PyObject *
+appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PlainAppender *self = (PlainAppender *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *on_delivery = Py_None;
+    if (!self->enabled || nargs < 2 || nargs > 7 || !configured
+        || !plain_positionals(args, nargs, &on_delivery)
+        || (kwnames != NULL && !plain_keywords(args + nargs, kwnames, &on_delivery))) {
+        goto python;
+    }
+    PyObject *topic = args[0], *value = args[1];
+    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value)
+        || PyDict_GET_SIZE(self->waiting) != 0) {
+        goto python;
+    }
+    long long size = (long long)PyBytes_GET_SIZE(value) + self->record_overhead;
+    if (size > self->max_record_size) {
+        goto python;
+    }
+
+    /* buffer.memory: nobody waiting for room, and room for this record. */
+    PyObject *memory = self->memory;
+    PyObject *waiters = SLOT(memory, classes.off_waiters);
+    long long used, limit;
+    if (waiters == NULL || PyObject_Size(waiters) != 0
+        || !small_int(SLOT(memory, classes.off_used), &used)
+        || !small_int(SLOT(memory, classes.off_limit), &limit)) {
+        PyErr_Clear();
+        goto python;
+    }
+    long long charge = size + self->memory_overhead;
+    if (used + charge > limit) {
+        goto python;
+    }
+
+    PyObject *batch = sticky_open_batch(self, topic);
+    if (batch == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL; /* the topic's hash or comparison failed */
+        }
+        goto python;
+    }
+    long long batch_bytes, count, kinds, first_timestamp = 0;
+    PyObject *reports = SLOT(batch, classes.off_reports);
+    PyObject *positions = SLOT(batch, classes.off_report_positions);
+    PyObject *values = SLOT(batch, classes.off_values);
+    PyObject *stamps = SLOT(batch, classes.off_timestamps);
+    if (!small_int(SLOT(batch, classes.off_size), &batch_bytes)
+        || !small_int(SLOT(batch, classes.off_record_count), &count)
+        || !small_int(SLOT(batch, classes.off_report_kinds), &kinds)
+        || (batch_bytes + size > self->batch_size && count)
+        || SLOT(batch, classes.off_plain) != Py_True
+        || values == NULL || !PyList_CheckExact(values)
+        || reports == NULL || !PyList_CheckExact(reports)
+        || positions == NULL || (positions != Py_None && !PyList_CheckExact(positions))
+        || (on_delivery == Py_None && positions == Py_None) /* Python starts the positions */
+        || stamps == NULL || (stamps != Py_None && !PyList_CheckExact(stamps))
+        || (stamps == Py_None
+            && !small_int(SLOT(batch, classes.off_timestamp), &first_timestamp))) {
+        PyErr_Clear();
+        goto python;
+    }
+    long long timestamp = now_ms();
+    if (timestamp < 0 || (stamps == Py_None && timestamp != first_timestamp)) {
+        goto python; /* a new millisecond: Python starts the batch's per-record timestamps */
+    }
+
+    /* Everything checked: make the new numbers, then change the batch and the memory. */
+    PyObject *new_used = PyLong_FromLongLong(used + charge);
+    PyObject *new_size = PyLong_FromLongLong(batch_bytes + size);
+    PyObject *new_count = PyLong_FromLongLong(count + 1);
+    PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | self->callback_kind);
+    PyObject *position = positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
+    PyObject *stamp = stamps == Py_None ? NULL : PyLong_FromLongLong(timestamp);
+    if (new_used == NULL || new_size == NULL || new_count == NULL
+        || (on_delivery != Py_None && new_kinds == NULL)
+        || (positions != Py_None && on_delivery != Py_None && position == NULL)
+        || (stamps != Py_None && stamp == NULL)) {
+        goto failed;
+    }
+    if (on_delivery != Py_None) {
+        if ((position != NULL && PyList_Append(positions, position) < 0)
+            || PyList_Append(reports, on_delivery) < 0) {
+            goto failed;
+        }
+        set_slot(batch, classes.off_report_kinds, new_kinds);
+        new_kinds = NULL;
+    }
+    if (PyList_Append(values, value) < 0 || (stamp != NULL && PyList_Append(stamps, stamp) < 0)) {
+        goto failed;
+    }
+    set_slot(memory, classes.off_used, new_used);
+    set_slot(batch, classes.off_record_count, new_count);
+    set_slot(batch, classes.off_size, new_size);
+    Py_XDECREF(position);
+    Py_XDECREF(stamp);
+    Py_RETURN_NONE;
+
+failed:
+    Py_XDECREF(new_used);
+    Py_XDECREF(new_size);
+    Py_XDECREF(new_count);
+    Py_XDECREF(new_kinds);
+    Py_XDECREF(position);
+    Py_XDECREF(stamp);
+    return NULL;
+
+python:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+appender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"fallback", "topics", "waiting", "memory", "batch_size",
+                            "max_record_size", "record_overhead", "memory_overhead",
+                            "callback_kind", NULL};
+    PyObject *fallback, *topics, *waiting, *memory;
+    long long batch_size, max_record_size, record_overhead, memory_overhead, callback_kind;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OLLLLL:PlainAppender", names, &fallback,
+                                     &PyDict_Type, &topics, &PyDict_Type, &waiting, &memory,
+                                     &batch_size, &max_record_size, &record_overhead,
+                                     &memory_overhead, &callback_kind)) {
+        return NULL;
+    }
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "kayak.client.producer._per_record is not configured");
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback) || Py_TYPE(memory) != classes.memory) {
+        PyErr_SetString(PyExc_TypeError, "PlainAppender takes the Python produce and a BufferMemory");
+        return NULL;
+    }
+    PlainAppender *self = (PlainAppender *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = appender_vectorcall;
+    self->fallback = Py_NewRef(fallback);
+    self->topics = Py_NewRef(topics);
+    self->waiting = Py_NewRef(waiting);
+    self->memory = Py_NewRef(memory);
+    self->batch_size = batch_size;
+    self->max_record_size = max_record_size;
+    self->record_overhead = record_overhead;
+    self->memory_overhead = memory_overhead;
+    self->callback_kind = callback_kind;
+    self->enabled = 1;
+    return (PyObject *)self;
+}
+
+static int
+appender_traverse(PlainAppender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->topics);
+    Py_VISIT(self->waiting);
+    Py_VISIT(self->memory);
+    return 0;
+}
+
+static int
+appender_clear(PlainAppender *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->topics);
+    Py_CLEAR(self->waiting);
+    Py_CLEAR(self->memory);
+    return 0;
+}
+
+static void
+appender_dealloc(PlainAppender *self)
+{
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+appender_doc_get(PlainAppender *self, void *closure)
+{
+    (void)closure;
+    return PyObject_GetAttrString(self->fallback, "__doc__");
+}
+
+static PyMemberDef appender_members[] = {
+    {"enabled", T_BOOL, offsetof(PlainAppender, enabled), 0,
+     "False once the producer closes: every call goes to the Python produce"},
+    {"fallback", T_OBJECT, offsetof(PlainAppender, fallback), READONLY,
+     "the Python produce, which takes every call the fast path does not"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(PlainAppender, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef appender_getset[] = {
+    {"__doc__", (getter)appender_doc_get, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PlainAppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kayak.client.producer._per_record.PlainAppender",
+    .tp_basicsize = sizeof(PlainAppender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = appender_new,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_traverse = (traverseproc)appender_traverse,
+    .tp_clear = (inquiry)appender_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(PlainAppender, vectorcall),
+    .tp_members = appender_members,
+    .tp_getset = appender_getset,
+};
+
+/* -- record_metadata -------------------------------------------------------------------------- */
+
+/* Item ``index`` of ``list`` as a long long; -1 with an exception if it is not a small int. */
+static inline int
+list_int(PyObject *list, Py_ssize_t index, long long *out)
+{
+    if (index < 0 || index >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "record_metadata: a position outside the batch");
+        return -1;
+    }
+    PyObject *item = PyList_GET_ITEM(list, index);
+    if (!small_int(item, out)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "record_metadata: positions are ints");
+        }
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(record_metadata_doc,
+"record_metadata(metadata_type, count, topic, partition, base_offset, positions, timestamps,\n"
+"                timestamp) -> list\n"
+"\n"
+"The metadata of ``count`` reported records: the i-th is record ``positions[i]`` (``i`` when\n"
+"positions is None), at ``base_offset`` plus that (-1 for all when base_offset < 0), with\n"
+"``timestamps[position]`` (``timestamp`` when timestamps is None).");
+
+static PyObject *
+record_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "record_metadata() takes 8 arguments");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    PyObject *topic = args[2], *partition = args[3], *positions = args[5];
+    PyObject *stamps = args[6], *timestamp = args[7];
+    long long count, base_offset;
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype(type, &PyTuple_Type)
+        || type->tp_basicsize != PyTuple_Type.tp_basicsize
+        || type->tp_itemsize != PyTuple_Type.tp_itemsize
+        || !small_int(args[1], &count) || count < 0 || !small_int(args[4], &base_offset)
+        || (positions != Py_None && !PyList_CheckExact(positions))
+        || (stamps != Py_None && !PyList_CheckExact(stamps))) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "record_metadata: unexpected argument types");
+        }
+        return NULL;
+    }
+    PyObject *unknown = base_offset < 0 ? PyLong_FromLong(-1) : NULL;
+    PyObject *result = PyList_New((Py_ssize_t)count);
+    if (result == NULL || (base_offset < 0 && unknown == NULL)) {
+        goto failed;
+    }
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
+        long long position = i;
+        if (positions != Py_None && list_int(positions, i, &position) < 0) {
+            goto failed;
+        }
+        PyObject *stamp = timestamp;
+        if (stamps != Py_None) {
+            if (position >= PyList_GET_SIZE(stamps)) {
+                PyErr_SetString(PyExc_IndexError, "record_metadata: a record without a timestamp");
+                goto failed;
+            }
+            stamp = PyList_GET_ITEM(stamps, position);
+        }
+        PyObject *offset = unknown != NULL ? Py_NewRef(unknown) : PyLong_FromLongLong(base_offset + position);
+        if (offset == NULL) {
+            goto failed;
+        }
+        PyObject *metadata = type->tp_alloc(type, 4);
+        if (metadata == NULL) {
+            Py_DECREF(offset);
+            goto failed;
+        }
+        PyTuple_SET_ITEM(metadata, 0, Py_NewRef(topic));
+        PyTuple_SET_ITEM(metadata, 1, Py_NewRef(partition));
+        PyTuple_SET_ITEM(metadata, 2, offset);
+        PyTuple_SET_ITEM(metadata, 3, Py_NewRef(stamp));
+        /* A str and three ints cannot be part of a cycle: untracked, the collector passes
+         * made while a thousand of them live in the list do not walk them (the collector
+         * untracks such tuples itself, but only once it has walked them). */
+        PyObject_GC_UnTrack(metadata);
+        PyList_SET_ITEM(result, i, metadata);
+    }
+    Py_XDECREF(unknown);
+    return result;
+
+failed:
+    Py_XDECREF(unknown);
+    Py_XDECREF(result);
+    return NULL;
+}
+
+/* -- the module ------------------------------------------------------------------------------- */
+
+static PyMethodDef per_record_methods[] = {
+    {"configure", (PyCFunction)configure, METH_VARARGS, configure_doc},
+    {"record_metadata", (PyCFunction)(void (*)(void))record_metadata, METH_FASTCALL,
+     record_metadata_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef per_record_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kayak.client.producer._per_record",
+    .m_doc = "The producer's per-record work in C (see append.py and batch.py).",
+    .m_size = -1,
+    .m_methods = per_record_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__per_record(void)
+{
+    str_on_delivery = PyUnicode_InternFromString("on_delivery");
+    str_key = PyUnicode_InternFromString("key");
+    str_headers = PyUnicode_InternFromString("headers");
+    str_partition = PyUnicode_InternFromString("partition");
+    str_timestamp = PyUnicode_InternFromString("timestamp");
+    if (str_on_delivery == NULL || str_key == NULL || str_headers == NULL || str_partition == NULL
+        || str_timestamp == NULL || PyType_Ready(&PlainAppenderType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&per_record_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "PlainAppender", (PyObject *)&PlainAppenderType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
