@@ -142,11 +142,11 @@ class CountingFallback:
 def _appender(producer: Producer, fallback: CountingFallback) -> Any:
     from kayak.client.producer._per_record import PlainAppender
     from kayak.client.producer.accumulator import RECORD_OVERHEAD
-    from kayak.client.producer.batch import CALLBACK, RECORD_MEMORY_OVERHEAD
+    from kayak.client.producer.batch import CALLBACK, FUTURE, RECORD_MEMORY_OVERHEAD
 
     return PlainAppender(
         fallback, producer._topics, producer._waiting, producer._memory, producer._batch_size,
-        producer._max_record_size, RECORD_OVERHEAD, RECORD_MEMORY_OVERHEAD, CALLBACK,
+        producer._max_record_size, RECORD_OVERHEAD, RECORD_MEMORY_OVERHEAD, CALLBACK, FUTURE,
     )  # fmt: skip
 
 
@@ -432,3 +432,62 @@ def test_record_metadata_in_c_is_the_python_reference(
     assert in_c == in_python
     assert all(type(m) is RecordMetadata for m in in_c)
     assert in_c[-1].partition == 3 and len(in_c) == count
+
+
+def test_sends_futures_report_every_record_where_it_is_stored(
+    kafka_cluster: RunningBroker,
+) -> None:
+    """``send``'s common case goes through the C path with its future, the rest through
+    Python: 20,000 records over many batches; every future's offset holds its record."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = create_topic(bootstrap, unique("send"), 2)
+    count = 20_000
+
+    async def main() -> list[RecordMetadata]:
+        config = {"bootstrap.servers": bootstrap, "batch.size": 16_384, "linger.ms": 2}
+        async with Producer(config) as producer:
+            assert producer._plain_appender is not None
+            futures = []
+            for i in range(count):
+                key = b"k%d" % i if i % 500 == 3 else None
+                futures.append(await producer.send(topic, b"value-%d" % i, key=key))
+            kinds = {batch.report_kinds for q in producer._topics[topic].queues
+                     for batch in [q.open] if batch is not None}  # fmt: skip
+            assert kinds <= {0, 1}  # FUTURE only: no callback kind from the C path
+            await producer.flush()
+            return [await f for f in futures]
+
+    stored_at = run(main(), timeout=90)
+    stored = {(s.partition, s.offset): s.value for s in read_back(bootstrap, topic, 2, count)}
+    assert len(stored) == count
+    for i, metadata in enumerate(stored_at):
+        assert stored[(metadata.partition, metadata.offset)] == b"value-%d" % i
+
+
+def test_append_future_takes_the_common_case_only(kayak_broker: RunningBroker) -> None:
+    bootstrap = kayak_broker.bootstrap_servers
+    topic = create_topic(bootstrap, unique("future"))
+
+    async def main() -> None:
+        async with Producer({"bootstrap.servers": bootstrap, **LINGER_FOREVER}) as producer:
+            await producer.partitions_for(topic)
+            producer.produce(topic, b"first")
+            producer.produce(topic, b"second", on_delivery=_ignore)  # positions started
+            batch = _open_batch(producer, topic)
+            appender = _appender(producer, CountingFallback())
+            future = asyncio.get_running_loop().create_future()
+            assert not appender.append_future(topic + "-unknown", b"v", future)
+            assert not appender.append_future(topic, bytearray(b"v"), future)
+            for _ in range(100):
+                batch.timestamp, batch.timestamps = _now_ms(), None
+                if appender.append_future(topic, b"v", future):
+                    break
+            assert batch.reports[-1] is future and batch.values[-1] == b"v"
+            assert batch.report_kinds == 3  # CALLBACK | FUTURE
+            assert batch.report_positions == [1, 2]
+            with pytest.raises(TypeError):
+                appender.append_future(topic, b"v")
+            await producer.flush()
+            assert (await future).offset == 2
+
+    run(main())

@@ -137,7 +137,8 @@ typedef struct {
     PyObject *topics;   /* dict: topic name -> TopicState (the producer's, shared) */
     PyObject *waiting;  /* dict: records waiting for a topic's metadata (shared) */
     PyObject *memory;   /* BufferMemory */
-    long long batch_size, max_record_size, record_overhead, memory_overhead, callback_kind;
+    long long batch_size, max_record_size, record_overhead, memory_overhead;
+    long long callback_kind, future_kind; /* ProducerBatch.report_kinds bits */
     char enabled;
 } PlainAppender;
 
@@ -231,25 +232,21 @@ sticky_open_batch(PlainAppender *self, PyObject *topic)
     return batch;
 }
 
-static PyObject *
-appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Append ``value`` to the open batch of ``topic``'s sticky partition, with ``on_delivery``
+ * (a callback, or send's future, of report ``kind``; None: nothing reports it), the way
+ * RecordAppender._append does. 1: appended; 0: nothing changed, the Python path's to do;
+ * -1: an exception. */
+static int
+append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on_delivery,
+             long long kind)
 {
-    PlainAppender *self = (PlainAppender *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *on_delivery = Py_None;
-    if (!self->enabled || nargs < 2 || nargs > 7 || !configured
-        || !plain_positionals(args, nargs, &on_delivery)
-        || (kwnames != NULL && !plain_keywords(args + nargs, kwnames, &on_delivery))) {
-        goto python;
-    }
-    PyObject *topic = args[0], *value = args[1];
-    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(value)
-        || PyDict_GET_SIZE(self->waiting) != 0) {
-        goto python;
+    if (!self->enabled || !configured || !PyUnicode_CheckExact(topic)
+        || !PyBytes_CheckExact(value) || PyDict_GET_SIZE(self->waiting) != 0) {
+        return 0;
     }
     long long size = (long long)PyBytes_GET_SIZE(value) + self->record_overhead;
     if (size > self->max_record_size) {
-        goto python;
+        return 0;
     }
 
     /* buffer.memory: nobody waiting for room, and room for this record. */
@@ -260,19 +257,19 @@ appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
         || !small_int(SLOT(memory, classes.off_used), &used)
         || !small_int(SLOT(memory, classes.off_limit), &limit)) {
         PyErr_Clear();
-        goto python;
+        return 0;
     }
     long long charge = size + self->memory_overhead;
     if (used + charge > limit) {
-        goto python;
+        return 0;
     }
 
     PyObject *batch = sticky_open_batch(self, topic);
     if (batch == NULL) {
         if (PyErr_Occurred()) {
-            return NULL; /* the topic's hash or comparison failed */
+            return -1; /* the topic's hash or comparison failed */
         }
-        goto python;
+        return 0;
     }
     long long batch_bytes, count, kinds, first_timestamp = 0;
     PyObject *reports = SLOT(batch, classes.off_reports);
@@ -292,18 +289,18 @@ appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
         || (stamps == Py_None
             && !small_int(SLOT(batch, classes.off_timestamp), &first_timestamp))) {
         PyErr_Clear();
-        goto python;
+        return 0;
     }
     long long timestamp = now_ms();
     if (timestamp < 0 || (stamps == Py_None && timestamp != first_timestamp)) {
-        goto python; /* a new millisecond: Python starts the batch's per-record timestamps */
+        return 0; /* a new millisecond: Python starts the batch's per-record timestamps */
     }
 
     /* Everything checked: make the new numbers, then change the batch and the memory. */
     PyObject *new_used = PyLong_FromLongLong(used + charge);
     PyObject *new_size = PyLong_FromLongLong(batch_bytes + size);
     PyObject *new_count = PyLong_FromLongLong(count + 1);
-    PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | self->callback_kind);
+    PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | kind);
     PyObject *position = positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
     PyObject *stamp = stamps == Py_None ? NULL : PyLong_FromLongLong(timestamp);
     if (new_used == NULL || new_size == NULL || new_count == NULL
@@ -328,7 +325,7 @@ appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
     set_slot(batch, classes.off_size, new_size);
     Py_XDECREF(position);
     Py_XDECREF(stamp);
-    Py_RETURN_NONE;
+    return 1;
 
 failed:
     Py_XDECREF(new_used);
@@ -337,10 +334,46 @@ failed:
     Py_XDECREF(new_kinds);
     Py_XDECREF(position);
     Py_XDECREF(stamp);
-    return NULL;
+    return -1;
+}
 
-python:
+static PyObject *
+appender_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PlainAppender *self = (PlainAppender *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *on_delivery = Py_None;
+    if (nargs >= 2 && nargs <= 7 && plain_positionals(args, nargs, &on_delivery)
+        && (kwnames == NULL || plain_keywords(args + nargs, kwnames, &on_delivery))) {
+        int appended = append_plain(self, args[0], args[1], on_delivery, self->callback_kind);
+        if (appended < 0) {
+            return NULL;
+        }
+        if (appended) {
+            Py_RETURN_NONE;
+        }
+    }
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+PyDoc_STRVAR(append_future_doc,
+"append_future(topic, value, future) -> bool\n"
+"\n"
+"``send``'s common case: append the record with ``future`` to report it, as ``produce`` does\n"
+"with a callback. False when the Python path must do it (nothing changed then).");
+
+static PyObject *
+appender_append_future(PlainAppender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "append_future() takes topic, value and future");
+        return NULL;
+    }
+    int appended = append_plain(self, args[0], args[1], args[2], self->future_kind);
+    if (appended < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(appended);
 }
 
 static PyObject *
@@ -348,13 +381,14 @@ appender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"fallback", "topics", "waiting", "memory", "batch_size",
                             "max_record_size", "record_overhead", "memory_overhead",
-                            "callback_kind", NULL};
+                            "callback_kind", "future_kind", NULL};
     PyObject *fallback, *topics, *waiting, *memory;
-    long long batch_size, max_record_size, record_overhead, memory_overhead, callback_kind;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OLLLLL:PlainAppender", names, &fallback,
-                                     &PyDict_Type, &topics, &PyDict_Type, &waiting, &memory,
-                                     &batch_size, &max_record_size, &record_overhead,
-                                     &memory_overhead, &callback_kind)) {
+    long long batch_size, max_record_size, record_overhead, memory_overhead, callback_kind,
+        future_kind;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OLLLLLL:PlainAppender", names,
+                                     &fallback, &PyDict_Type, &topics, &PyDict_Type, &waiting,
+                                     &memory, &batch_size, &max_record_size, &record_overhead,
+                                     &memory_overhead, &callback_kind, &future_kind)) {
         return NULL;
     }
     if (!configured) {
@@ -379,6 +413,7 @@ appender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->record_overhead = record_overhead;
     self->memory_overhead = memory_overhead;
     self->callback_kind = callback_kind;
+    self->future_kind = future_kind;
     self->enabled = 1;
     return (PyObject *)self;
 }
@@ -427,6 +462,12 @@ static PyMemberDef appender_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyMethodDef appender_methods[] = {
+    {"append_future", (PyCFunction)(void (*)(void))appender_append_future, METH_FASTCALL,
+     append_future_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef appender_getset[] = {
     {"__doc__", (getter)appender_doc_get, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -444,6 +485,7 @@ static PyTypeObject PlainAppenderType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(PlainAppender, vectorcall),
     .tp_members = appender_members,
+    .tp_methods = appender_methods,
     .tp_getset = appender_getset,
 };
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from kayak.client.config import ProducerConfig
@@ -33,6 +34,7 @@ from kayak.client.partitioner import Partitioner
 from kayak.client.producer.accumulator import RECORD_OVERHEAD, BufferMemory, RecordAccumulator
 from kayak.client.producer.batch import (
     CALLBACK,
+    FUTURE,
     RECORD_MEMORY_OVERHEAD,
     DeliveryCallback,
     HeaderList,
@@ -50,6 +52,7 @@ from kayak.errors import KayakError
 from kayak.protocol.records.builder import now_ms
 
 if TYPE_CHECKING:
+    from kayak.client.producer._per_record import PlainAppender
     from kayak.client.producer.batch import DeliveryQueue
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,8 @@ class RecordAppender(ABC):
     _sticky_without_key: bool
     _batch_size: int
     _max_record_size: int
+    _max_block: float
+    _create_future: Callable[[], asyncio.Future[RecordMetadata]]
     _closed: bool
     _memory: BufferMemory
     _accumulator: RecordAccumulator
@@ -89,10 +94,15 @@ class RecordAppender(ABC):
     _transaction: TransactionManager | None
     _waiting: dict[str, list[_Waiting]]
     _waiting_tasks: set[asyncio.Task[None]]
+    _plain_appender: PlainAppender | None  # produce's and send's common case in C, once started
 
     @abstractmethod
     def _require_started(self) -> None:
         """Raise unless the producer has been started (the subclass knows how it starts)."""
+
+    @abstractmethod
+    async def _topic_state(self, topic: str) -> TopicState:
+        """``_fetch_topic_state``, once the producer is known to be started and open."""
 
     @abstractmethod
     async def _fetch_topic_state(self, topic: str) -> TopicState:
@@ -108,8 +118,9 @@ class RecordAppender(ABC):
         appender = per_record.PlainAppender(
             RecordAppender.produce.__get__(self), self._topics, self._waiting, self._memory,
             self._batch_size, self._max_record_size, RECORD_OVERHEAD, RECORD_MEMORY_OVERHEAD,
-            CALLBACK,
+            CALLBACK, FUTURE,
         )  # fmt: skip
+        self._plain_appender = appender
         # An instance attribute: ``producer.produce`` finds it before the method. (Set as
         # attributes are, not through vars(self), which would give the instance a dict of its
         # own and slow every other attribute read of ``send``.)
@@ -118,8 +129,8 @@ class RecordAppender(ABC):
     def _uninstall_plain_appender(self) -> None:
         """Closing: every ``produce``, even through a reference taken earlier, goes to Python
         (which raises ProducerClosedError)."""
-        appender = getattr(self, "produce", None)
-        if per_record is not None and isinstance(appender, per_record.PlainAppender):
+        appender, self._plain_appender = self._plain_appender, None
+        if appender is not None:
             appender.enabled = False
             delattr(self, "produce")
 
@@ -239,6 +250,54 @@ class RecordAppender(ABC):
             await asyncio.wait(list(self._waiting_tasks))
 
     # -- the append -------------------------------------------------------------------------------
+
+    async def _append_in_python(
+        self,
+        topic: str,
+        value: Value,
+        key: bytes | bytearray | memoryview | None,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp: int | None,
+        future: asyncio.Future[RecordMetadata] | None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """``send``'s append, with everything the C path leaves to Python: topics without
+        metadata yet, a full ``buffer.memory``, keys, headers, partitions, timestamps. The
+        record's future (``future``, or a new one once the record is accepted)."""
+        state = self._topics.get(topic)
+        if state is None or self._closed or self._waiting:
+            state = await self._topic_state(topic)
+            if topic in self._waiting:  # produce()d records go first: wait for their metadata
+                await self._wait_for_waiting_topics()
+        key_bytes: bytes | None = None
+        header_list: HeaderList | None = None
+        if type(value) is bytes and key is None and not headers:
+            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
+        else:
+            size, key_bytes, header_list = measure(value, key, headers)
+        if size > self._max_record_size:
+            raise too_large(size, self.config)
+        if timestamp is None:
+            timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
+        charge = size + RECORD_MEMORY_OVERHEAD
+        memory = self._memory
+        if memory.waiters or memory.used + charge > memory.limit:
+            await memory.reserve(charge, self._max_block)
+        else:
+            memory.used += charge
+
+        if partition is not None and not 0 <= partition < state.partition_count:
+            memory.release(charge)
+            raise ValueError(
+                f"partition {partition} of {topic!r} does not exist: it has "
+                f"{state.partition_count} partitions"
+            )
+        if future is None:
+            future = self._create_future()
+        self._append(
+            state, value, key_bytes, header_list, partition, timestamp, size, future, FUTURE
+        )
+        return future
 
     def _append(
         self,

@@ -47,19 +47,16 @@ from kayak.client.cluster import Cluster
 from kayak.client.config import ProducerConfig
 from kayak.client.connection import BrokerConnection
 from kayak.client.partitioner import Partitioner
-from kayak.client.producer.accumulator import RECORD_OVERHEAD, BufferMemory, RecordAccumulator
+from kayak.client.producer.accumulator import BufferMemory, RecordAccumulator
 from kayak.client.producer.append import RecordAppender
 from kayak.client.producer.batch import (
-    FUTURE,
-    RECORD_MEMORY_OVERHEAD,
-    HeaderList,
     ProducerBatch,
     Value,
 )
 from kayak.client.producer.errors import BufferFullError, ProducerClosedError
 from kayak.client.producer.idempotence import IdempotenceManager
 from kayak.client.producer.record_metadata import RecordMetadata, RecordMetadataList
-from kayak.client.producer.record_sizes import Headers, measure, too_large
+from kayak.client.producer.record_sizes import Headers
 from kayak.client.producer.send_batch import BulkEnqueuer, sticky_without_key
 from kayak.client.producer.sender import Sender, TopicState, check_produce_version
 from kayak.client.producer.statistics import producer_statistics
@@ -80,7 +77,6 @@ from kayak.errors import (
 )
 from kayak.protocol.messages import InitProducerIdRequest
 from kayak.protocol.records import BATCH_HEADER_SIZE, Codec
-from kayak.protocol.records.builder import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +147,7 @@ class Producer(RecordAppender):
         self._waiting_tasks = set()
         self._idempotence: IdempotenceManager | None = None
         self._transaction: TransactionManager | None = None
+        self._plain_appender = None
         self._loop: asyncio.AbstractEventLoop
         self._create_future: Callable[[], asyncio.Future[RecordMetadata]]
 
@@ -495,38 +492,21 @@ class Producer(RecordAppender):
         """
         if self._transaction is not None:
             self._transaction.check_can_send()
-        state = self._topics.get(topic)
-        if state is None or self._closed or self._waiting:
-            state = await self._topic_state(topic)
-            if topic in self._waiting:  # produce()d records go first: wait for their metadata
-                await self._wait_for_waiting_topics()
-        key_bytes: bytes | None = None
-        header_list: HeaderList | None = None
-        if type(value) is bytes and key is None and not headers:
-            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
+        appender = self._plain_appender
+        if (
+            appender is not None
+            and key is None
+            and headers is None
+            and partition is None
+            and timestamp is None
+        ):
+            future = self._create_future()
+            if not appender.append_future(topic, value, future):  # the common case, in C
+                await self._append_in_python(topic, value, None, None, None, None, future)
         else:
-            size, key_bytes, header_list = measure(value, key, headers)
-        if size > self._max_record_size:
-            raise too_large(size, self.config)
-        if timestamp is None:
-            timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
-        charge = size + RECORD_MEMORY_OVERHEAD
-        memory = self._memory
-        if memory.waiters or memory.used + charge > memory.limit:
-            await memory.reserve(charge, self._max_block)
-        else:
-            memory.used += charge
-
-        if partition is not None and not 0 <= partition < state.partition_count:
-            memory.release(charge)
-            raise ValueError(
-                f"partition {partition} of {topic!r} does not exist: it has "
-                f"{state.partition_count} partitions"
+            future = await self._append_in_python(
+                topic, value, key, headers, partition, timestamp, None
             )
-        future: asyncio.Future[RecordMetadata] = self._create_future()
-        self._append(
-            state, value, key_bytes, header_list, partition, timestamp, size, future, FUTURE
-        )
         self._unyielded += 1
         if self._unyielded >= YIELD_EVERY:
             # A loop that only awaits send() never suspends: let the senders (and the rest
