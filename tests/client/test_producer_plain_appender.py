@@ -491,3 +491,22 @@ def test_append_future_takes_the_common_case_only(kayak_broker: RunningBroker) -
             assert (await future).offset == 2
 
     run(main())
+
+
+def test_a_subclass_with_its_own_produce_keeps_it(kayak_broker: RunningBroker) -> None:
+    topic = create_topic(kayak_broker.bootstrap_servers, unique("subclass"))
+    seen: list[bytes] = []
+
+    class Counting(Producer):
+        def produce(self, topic: str, value: Any, *args: Any, **kwargs: Any) -> None:
+            seen.append(value)
+            super().produce(topic, value, *args, **kwargs)
+
+    async def main() -> None:
+        async with Counting({"bootstrap.servers": kayak_broker.bootstrap_servers}) as producer:
+            producer.produce(topic, b"a")
+            producer.produce(topic, b"b")
+            await producer.flush()
+
+    run(main())
+    assert seen == [b"a", b"b"]

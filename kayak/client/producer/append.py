@@ -111,9 +111,13 @@ class RecordAppender(ABC):
     # -- produce ----------------------------------------------------------------------------------
 
     def _install_plain_appender(self) -> None:
-        """Once started: let ``produce``'s common case run in C (not for transactional
-        producers, whose every record checks the transaction's state first)."""
-        if per_record is None or self._transaction is not None:
+        """Once started: let ``produce``'s and ``send``'s common case run in C (not for
+        transactional producers, whose every record checks the transaction's state first)."""
+        if (
+            per_record is None
+            or self._transaction is not None
+            or type(self).produce is not RecordAppender.produce  # a subclass's own produce
+        ):
             return
         appender = per_record.PlainAppender(
             RecordAppender.produce.__get__(self), self._topics, self._waiting, self._memory,
