@@ -11,6 +11,13 @@ acknowledged, so a restarted capture reads the batch again). Sources hand out wh
 transactions, so a read_committed reader never sees part of one; a capture killed mid-batch
 leaves its transaction open until the restarted capture's ``init_transactions()`` (same
 ``transactional.id``: :func:`capture_transactional_id`) fences it and aborts it.
+
+Reading overlaps publishing: the next batch is read from the source while the broker
+acknowledges the batch before it (one batch in flight at most). That batch is finished (the
+broker's acknowledgements awaited, its transaction committed, the source acknowledged up to
+its last change, never further) before the batch just read is published, so the order of the
+three steps holds batch by batch. A capture stopped with a batch in flight (other than by
+:meth:`CaptureLoop.run`'s stop, which finishes it) left it unacknowledged: it is read again.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kayak.cdc.change import Change, Op
 from kayak.cdc.errors import SchemaChangeError
-from kayak.cdc.publisher import ChangePublisher
+from kayak.cdc.publisher import ChangePublisher, SentEvents
 from kayak.cdc.source import ChangeSource
 
 __all__ = ["CaptureLoop", "CaptureStats", "capture_transactional_id"]
@@ -55,8 +62,23 @@ class CaptureStats:
     by_table: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class _InFlight:
+    """A batch handed to the producer and not acknowledged by the broker yet."""
+
+    changes: list[Change]
+    sent: SentEvents
+    started: float
+
+
 class CaptureLoop:
-    """Drives one :class:`~kayak.cdc.source.ChangeSource` into a :class:`ChangePublisher`."""
+    """Drives one :class:`~kayak.cdc.source.ChangeSource` into a :class:`ChangePublisher`.
+
+    Reading overlaps publishing: while the broker acknowledges one batch, the next is read
+    from the source; the first batch is then finished (acknowledged, committed, and only
+    then acknowledged to the source) before the next is published. At most one batch is in
+    flight, and everything read while it was is acknowledged to the source only with its own
+    batch."""
 
     def __init__(
         self, source: ChangeSource, publisher: ChangePublisher, *, max_batch: int = 5000,
@@ -67,17 +89,41 @@ class CaptureLoop:
         self.max_batch = max_batch
         self.poll_timeout_s = poll_timeout_s
         self.stats = CaptureStats()
+        self._in_flight: _InFlight | None = None
 
     def run_once(self) -> int:
-        """Read, publish and acknowledge one batch; the number of changes (0 when idle)."""
-        changes = self.source.read(self.max_batch, self.poll_timeout_s)
-        if not changes:
-            return 0
+        """Read the next batch (at once while one is in flight, else waiting up to the poll
+        timeout), finish the batch in flight, and start publishing the batch read. Returns
+        the number of changes read, or else finished: 0 only when nothing was in flight and
+        nothing came (idle)."""
+        in_flight = self._in_flight
+        try:
+            changes = self.source.read(self.max_batch, 0.0 if in_flight else self.poll_timeout_s)
+        except Exception:
+            # What was read before the failure (a change the source refuses, say) is still
+            # published whole, as when reading did not overlap publishing.
+            self.finish()
+            raise
+        if in_flight is not None:
+            self._in_flight = None
+            self._finish(in_flight)
+        if changes:
+            self._in_flight = self._start(changes)
+            return len(changes)
+        return 0 if in_flight is None else len(in_flight.changes)
+
+    def finish(self) -> None:
+        """Finish the batch in flight, if any: wait for the broker, commit, acknowledge."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            self._finish(in_flight)
+
+    def _start(self, changes: list[Change]) -> _InFlight:
         started = time.monotonic()
         publisher = self.publisher
         publisher.begin()
         try:
-            events = publisher.publish(changes)
+            sent = publisher.send(changes)
         except SchemaChangeError as e:
             # The whole transactions before the refused change are on the broker: commit them
             # and let the source forget them.
@@ -88,38 +134,56 @@ class CaptureLoop:
         except BaseException:
             publisher.abort()
             raise
+        return _InFlight(changes, sent, started)
+
+    def _finish(self, in_flight: _InFlight) -> None:
+        publisher = self.publisher
+        try:
+            publisher.wait(in_flight.sent)
+        except BaseException:
+            publisher.abort()
+            raise
         publisher.commit()
+        changes = in_flight.changes
         self.source.acknowledge(changes[-1])
-        self._count(changes, events, time.monotonic() - started)
-        log.debug("captured %d changes (%d events)", len(changes), events)
-        return len(changes)
+        self._count(changes, in_flight.sent.events, time.monotonic() - in_flight.started)
+        log.debug("captured %d changes (%d events)", len(changes), in_flight.sent.events)
 
     def _count(self, changes: list[Change], events: int, took_s: float) -> None:
         stats = self.stats
         stats.changes += len(changes)
         stats.events += events
         stats.batches += 1
+        # Changes of one table share one TableSchema: count runs of it, not each change.
+        by_table = stats.by_table
+        table, run = changes[0].table, 0
         for change in changes:
-            table = change.table.qualified_name
-            stats.by_table[table] = stats.by_table.get(table, 0) + 1
+            if change.table is not table:
+                by_table[table.qualified_name] = by_table.get(table.qualified_name, 0) + run
+                table, run = change.table, 0
+            run += 1
+        by_table[table.qualified_name] = by_table.get(table.qualified_name, 0) + run
         stats.last_batch_changes = len(changes)
         stats.last_batch_s = took_s
-        committed = [c.ts_ms for c in changes if c.op is not Op.READ]
+        oldest = min((c.ts_ms for c in changes if c.op is not Op.READ), default=None)
         stats.last_batch_behind_ms = (
-            max(0.0, time.time() * 1000 - min(committed)) if committed else None
+            None if oldest is None else max(0.0, time.time() * 1000 - oldest)
         )
 
     def run(self, stop: threading.Event) -> None:
-        """Capture until ``stop`` is set, then close the source."""
+        """Capture until ``stop`` is set (finishing the batch in flight), then close the
+        source."""
         try:
             while not stop.is_set():
                 self.run_once()
+            self.finish()
         finally:
             self.source.close()
 
     def drain(self) -> int:
-        """Capture until the source has nothing more; the number of changes captured."""
-        total = 0
-        while n := self.run_once():
-            total += n
-        return total
+        """Capture until the source has nothing more and nothing is in flight; the number of
+        changes captured."""
+        before = self.stats.changes
+        while self.run_once():
+            pass
+        return self.stats.changes - before

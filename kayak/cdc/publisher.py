@@ -29,6 +29,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -44,6 +45,7 @@ __all__ = [
     "Event",
     "EventEncoder",
     "RegistryLike",
+    "SentEvents",
     "open_capture_producer",
     "same_source_transaction",
     "whole_transactions",
@@ -69,6 +71,18 @@ class Event:
     value: bytes | None
 
 
+_Record = tuple[str, bytes | None, bytes | None]  # an Event's topic, key and value
+
+
+@dataclass(frozen=True)
+class SentEvents:
+    """Events handed to the producer (:meth:`ChangePublisher.send`): how many, and the
+    producer's futures of their acknowledgement."""
+
+    events: int
+    futures: list[Future[Any]]
+
+
 @dataclass
 class _TableCodec:
     topic: str
@@ -79,6 +93,10 @@ class _TableCodec:
     # (name, value) union notation and fastavro need not test which branch a dict fits
     # (half the cost of encoding an event). None for JSON.
     row_name: str | None = None
+
+    def key(self, image: Row) -> bytes:
+        """The encoded key of a row image."""
+        return self.write_key({k: image[k] for k in self.key_fields})
 
 
 def _json_default(value: Any) -> Any:
@@ -193,6 +211,15 @@ def _json_writer() -> Callable[[Any], bytes]:
     return encode
 
 
+def _same_key(key: tuple[str, ...], before: Row, after: Row) -> bool:
+    """``TableSchema.key_of(before) == key_of(after)``, without building the two dicts."""
+    for name in key:
+        old, new = before[name], after[name]
+        if old is not new and old != new:
+            return False
+    return True
+
+
 def same_source_transaction(a: Change, b: Change) -> bool:
     """Whether two changes belong to one source transaction: both streamed with the same
     transaction id and the same commit (a position's first part: PostgreSQL's commit LSN, so
@@ -274,39 +301,45 @@ class ChangePublisher:
 
     def events(self, change: Change, now_ms: int) -> list[Event]:
         """The events of one change (see the module doc for deletes and key changes)."""
+        return [Event(*record) for record in self._records(change, now_ms)]
+
+    def _records(self, change: Change, now_ms: int) -> list[_Record]:
+        """:meth:`events` as (topic, key, value) tuples."""
         codec = self._encoder.codec(change.table)
-        enc = self._encoder
-
-        def event(op: str, before: Row | None, after: Row | None) -> Event:
-            image = after if after is not None else before
-            key = (
-                None if image is None else codec.write_key({k: image[k] for k in codec.key_fields})
-            )
-            row_name = codec.row_name
-            value = event_value(
-                change, op=op, prefix=enc.prefix, connector=enc.connector, db=self._db,
-                now_ms=now_ms,
-                before=before if before is None or row_name is None else (row_name, before),
-                after=after if after is None or row_name is None else (row_name, after),
-            )  # fmt: skip
-            return Event(codec.topic, key, codec.write_value(value))
-
-        if change.op is Op.TRUNCATE:
-            return [event("t", None, None)]
-        if change.op is Op.DELETE:
-            deleted = event("d", change.before, None)
-            return [deleted, Event(deleted.topic, deleted.key, None)]
-        if change.op is Op.UPDATE and change.before is not None:
-            assert change.after is not None
-            old_key = change.table.key_of(change.before)
-            if old_key != change.table.key_of(change.after):
-                deleted = event("d", change.before, None)
+        topic, op = codec.topic, change.op
+        if op is Op.TRUNCATE:
+            return [(topic, None, self._value(codec, change, "t", None, None, now_ms))]
+        before, after = change.before, change.after
+        if op is Op.DELETE:
+            assert before is not None
+            key = codec.key(before)
+            value = self._value(codec, change, "d", before, None, now_ms)
+            return [(topic, key, value), (topic, key, None)]
+        if op is Op.UPDATE and before is not None:
+            assert after is not None
+            if not _same_key(change.table.key, before, after):
+                key = codec.key(before)
                 return [
-                    deleted,
-                    Event(deleted.topic, deleted.key, None),
-                    event("c", None, change.after),
+                    (topic, key, self._value(codec, change, "d", before, None, now_ms)),
+                    (topic, key, None),
+                    (topic, codec.key(after), self._value(codec, change, "c", None, after, now_ms)),
                 ]
-        return [event(change.op.value, change.before, change.after)]
+        image = after if after is not None else before
+        image_key = None if image is None else codec.key(image)
+        return [(topic, image_key, self._value(codec, change, op.value, before, after, now_ms))]
+
+    def _value(
+        self, codec: _TableCodec, change: Change, op: str, before: Row | None,
+        after: Row | None, now_ms: int,
+    ) -> bytes:  # fmt: skip
+        enc, row_name = self._encoder, codec.row_name
+        value = event_value(
+            change, op=op, prefix=enc.prefix, connector=enc.connector, db=self._db,
+            now_ms=now_ms,
+            before=before if before is None or row_name is None else (row_name, before),
+            after=after if after is None or row_name is None else (row_name, after),
+        )  # fmt: skip
+        return codec.write_value(value)
 
     def publish(self, changes: Sequence[Change]) -> int:
         """Produce the events of ``changes`` in order; return when the broker acknowledged
@@ -315,35 +348,51 @@ class ChangePublisher:
         A change whose new table shape the registry refuses raises
         :class:`~kayak.cdc.errors.SchemaChangeError` once the whole source transactions before
         it are published; its ``published`` attribute is how many changes were."""
+        sent = self.send(changes)
+        self.wait(sent)
+        return sent.events
+
+    def send(self, changes: Sequence[Change]) -> SentEvents:
+        """:meth:`publish` without the wait: the events of ``changes`` are handed to the
+        producer, and :meth:`wait` returns once the broker acknowledged them. (A refused
+        change raises as in :meth:`publish`, after the wait for what precedes it.)"""
         now_ms = time.time_ns() // 1_000_000
-        per_change: list[list[Event]] = []
-        refused: SchemaChangeError | None = None
-        for change in changes:
+        by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]] = {}
+        last_topic = ""
+        values: list[bytes | None] = []
+        keys: list[bytes | None] = []
+        count = 0
+        for i, change in enumerate(changes):
             try:
-                per_change.append(self.events(change, now_ms))
+                records = self._records(change, now_ms)
             except SchemaChangeError as e:
                 refused = SchemaChangeError(f"{e}; capture stopped at source position "
                                             f"{change.position}")  # fmt: skip
                 # Not the part of the refused change's transaction before it: a reader would
                 # see half of that transaction.
-                refused.published = whole_transactions(changes, len(per_change))
-                del per_change[refused.published :]
-                break
-        by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]] = {}
-        count = 0
-        for events in per_change:
-            for ev in events:
-                values, keys = by_topic.setdefault(ev.topic, ([], []))
-                values.append(ev.value)
-                keys.append(ev.key)
-                count += 1
-        self._send(by_topic)
-        self.events_published += count
-        if refused is not None:
-            raise refused
-        return count
+                refused.published = whole_transactions(changes, i)
+                if refused.published:
+                    self.wait(self.send(changes[: refused.published]))
+                raise refused from None
+            for topic, key, value in records:
+                if topic != last_topic:
+                    values, keys = by_topic.setdefault(topic, ([], []))
+                    last_topic = topic
+                values.append(value)
+                keys.append(key)
+            count += len(records)
+        return SentEvents(count, self._send(by_topic))
 
-    def _send(self, by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]]) -> None:
+    def wait(self, sent: SentEvents) -> None:
+        """Return once the broker acknowledged every event of ``sent`` (raising the first
+        delivery error otherwise)."""
+        for future in sent.futures:
+            future.result()
+        self.events_published += sent.events
+
+    def _send(
+        self, by_topic: dict[str, tuple[list[bytes | None], list[bytes | None]]]
+    ) -> list[Future[Any]]:  # fmt: skip
         futures = []
         for topic, (values, keys) in by_topic.items():
             if topic not in self._topics:
@@ -351,5 +400,4 @@ class ChangePublisher:
                     self._ensure_topic(topic)
                 self._topics.add(topic)
             futures.append(self._producer.send_batch(topic, values, keys))
-        for future in futures:
-            future.result()
+        return futures

@@ -13,8 +13,9 @@ transiently, it closes the source and opens a new one, with exponential backoff 
 ``give_up_after_s`` passed. The new source resumes from the database's own checkpoint (a
 PostgreSQL slot's confirmed position), so changes handed out but not acknowledged are handed
 out again; those at or before the last change already handed out are dropped here. The
-capture loop publishes every change it reads before it reads again, so nothing is lost and
-nothing published twice.
+capture loop hands every change it reads to the producer before it reads again (and
+acknowledges it to the source once the broker has it), so nothing is lost and nothing
+published twice.
 """
 
 from __future__ import annotations

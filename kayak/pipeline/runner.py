@@ -238,6 +238,7 @@ class Pipeline:
                     with self._idle:
                         self._idle_rounds += 1
                         self._idle.notify_all()
+            self.capture.finish()  # the batch in flight: acknowledged now, not read again
         except BaseException as e:  # reported by catch_up and close
             log.exception("capture stopped")
             self._capture_error = e
