@@ -167,16 +167,7 @@ class RecordAppender(ABC):
             self._require_started()
             if self._closed:
                 raise ProducerClosedError("the producer is closed")
-        key_bytes: bytes | None = None
-        header_list: HeaderList | None = None
-        if type(value) is bytes and key is None and not headers:
-            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
-        else:
-            size, key_bytes, header_list = measure(value, key, headers)
-        if size > self._max_record_size:
-            raise too_large(size, self.config)
-        if timestamp is None:
-            timestamp = now_ms()
+        size, key_bytes, header_list, timestamp = self._measure(value, key, headers, timestamp)
         charge = size + RECORD_MEMORY_OVERHEAD
         memory = self._memory
         if memory.waiters or memory.used + charge > memory.limit:
@@ -255,6 +246,27 @@ class RecordAppender(ABC):
 
     # -- the append -------------------------------------------------------------------------------
 
+    def _measure(
+        self,
+        value: Value,
+        key: bytes | bytearray | memoryview | None,
+        headers: Headers | None,
+        timestamp: int | None,
+    ) -> tuple[int, bytes | None, HeaderList | None, int]:
+        """A record's size (checked against the largest that fits), its key and headers as
+        they are stored, and its timestamp (now, unless given)."""
+        key_bytes: bytes | None = None
+        header_list: HeaderList | None = None
+        if type(value) is bytes and key is None and not headers:
+            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
+        else:
+            size, key_bytes, header_list = measure(value, key, headers)
+        if size > self._max_record_size:
+            raise too_large(size, self.config)
+        if timestamp is None:
+            timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
+        return size, key_bytes, header_list, timestamp
+
     async def _append_in_python(
         self,
         topic: str,
@@ -273,16 +285,7 @@ class RecordAppender(ABC):
             state = await self._topic_state(topic)
             if topic in self._waiting:  # produce()d records go first: wait for their metadata
                 await self._wait_for_waiting_topics()
-        key_bytes: bytes | None = None
-        header_list: HeaderList | None = None
-        if type(value) is bytes and key is None and not headers:
-            size = len(value) + RECORD_OVERHEAD  # the common case, checked at once
-        else:
-            size, key_bytes, header_list = measure(value, key, headers)
-        if size > self._max_record_size:
-            raise too_large(size, self.config)
-        if timestamp is None:
-            timestamp = now_ms()  # time_ns() // 1_000_000, in C when built
+        size, key_bytes, header_list, timestamp = self._measure(value, key, headers, timestamp)
         charge = size + RECORD_MEMORY_OVERHEAD
         memory = self._memory
         if memory.waiters or memory.used + charge > memory.limit:
