@@ -301,7 +301,8 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
     PyObject *new_size = PyLong_FromLongLong(batch_bytes + size);
     PyObject *new_count = PyLong_FromLongLong(count + 1);
     PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | kind);
-    PyObject *position = positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
+    PyObject *position =
+        positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
     PyObject *stamp = stamps == Py_None ? NULL : PyLong_FromLongLong(timestamp);
     if (new_used == NULL || new_size == NULL || new_count == NULL
         || (on_delivery != Py_None && new_kinds == NULL)
@@ -396,7 +397,8 @@ appender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (!PyCallable_Check(fallback) || Py_TYPE(memory) != classes.memory) {
-        PyErr_SetString(PyExc_TypeError, "PlainAppender takes the Python produce and a BufferMemory");
+        PyErr_SetString(PyExc_TypeError,
+                        "PlainAppender takes the Python produce and a BufferMemory");
         return NULL;
     }
     PlainAppender *self = (PlainAppender *)type->tp_alloc(type, 0);
@@ -558,7 +560,8 @@ record_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             stamp = PyList_GET_ITEM(stamps, position);
         }
-        PyObject *offset = unknown != NULL ? Py_NewRef(unknown) : PyLong_FromLongLong(base_offset + position);
+        PyObject *offset = unknown != NULL ? Py_NewRef(unknown)
+                                           : PyLong_FromLongLong(base_offset + position);
         if (offset == NULL) {
             goto failed;
         }
