@@ -64,9 +64,14 @@ class CaptureStats:
 
 @dataclass
 class _InFlight:
-    """A batch handed to the producer and not acknowledged by the broker yet."""
+    """A batch handed to the producer and not acknowledged by the broker yet: what finishing
+    it needs, not its changes (the next batch is read meanwhile; holding both would double
+    the capture's memory)."""
 
-    changes: list[Change]
+    last: Change  # acknowledged to the source once the broker has the batch
+    count: int
+    by_table: dict[str, int]
+    oldest_ms: int | None  # the oldest source commit among its changes (None: snapshot only)
     sent: SentEvents
     started: float
 
@@ -110,7 +115,7 @@ class CaptureLoop:
         if changes:
             self._in_flight = self._start(changes)
             return len(changes)
-        return 0 if in_flight is None else len(in_flight.changes)
+        return 0 if in_flight is None else in_flight.count
 
     def finish(self) -> None:
         """Finish the batch in flight, if any: wait for the broker, commit, acknowledge."""
@@ -134,7 +139,8 @@ class CaptureLoop:
         except BaseException:
             publisher.abort()
             raise
-        return _InFlight(changes, sent, started)
+        oldest = min((c.ts_ms for c in changes if c.op is not Op.READ), default=None)
+        return _InFlight(changes[-1], len(changes), _by_table(changes), oldest, sent, started)
 
     def _finish(self, in_flight: _InFlight) -> None:
         publisher = self.publisher
@@ -144,28 +150,20 @@ class CaptureLoop:
             publisher.abort()
             raise
         publisher.commit()
-        changes = in_flight.changes
-        self.source.acknowledge(changes[-1])
-        self._count(changes, in_flight.sent.events, time.monotonic() - in_flight.started)
-        log.debug("captured %d changes (%d events)", len(changes), in_flight.sent.events)
+        self.source.acknowledge(in_flight.last)
+        self._count(in_flight, time.monotonic() - in_flight.started)
+        log.debug("captured %d changes (%d events)", in_flight.count, in_flight.sent.events)
 
-    def _count(self, changes: list[Change], events: int, took_s: float) -> None:
+    def _count(self, batch: _InFlight, took_s: float) -> None:
         stats = self.stats
-        stats.changes += len(changes)
-        stats.events += events
+        stats.changes += batch.count
+        stats.events += batch.sent.events
         stats.batches += 1
-        # Changes of one table share one TableSchema: count runs of it, not each change.
-        by_table = stats.by_table
-        table, run = changes[0].table, 0
-        for change in changes:
-            if change.table is not table:
-                by_table[table.qualified_name] = by_table.get(table.qualified_name, 0) + run
-                table, run = change.table, 0
-            run += 1
-        by_table[table.qualified_name] = by_table.get(table.qualified_name, 0) + run
-        stats.last_batch_changes = len(changes)
+        for table, count in batch.by_table.items():
+            stats.by_table[table] = stats.by_table.get(table, 0) + count
+        stats.last_batch_changes = batch.count
         stats.last_batch_s = took_s
-        oldest = min((c.ts_ms for c in changes if c.op is not Op.READ), default=None)
+        oldest = batch.oldest_ms
         stats.last_batch_behind_ms = (
             None if oldest is None else max(0.0, time.time() * 1000 - oldest)
         )
@@ -187,3 +185,17 @@ class CaptureLoop:
         while self.run_once():
             pass
         return self.stats.changes - before
+
+
+def _by_table(changes: list[Change]) -> dict[str, int]:
+    """Changes per table (``schema.table``). Changes of one table share one TableSchema, so
+    runs of it are counted, not each change."""
+    counts: dict[str, int] = {}
+    table, run = changes[0].table, 0
+    for change in changes:
+        if change.table is not table:
+            counts[table.qualified_name] = counts.get(table.qualified_name, 0) + run
+            table, run = change.table, 0
+        run += 1
+    counts[table.qualified_name] = counts.get(table.qualified_name, 0) + run
+    return counts
