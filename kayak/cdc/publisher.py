@@ -42,7 +42,6 @@ from kayak.errors import SchemaRegistryError, UnsupportedVersionError
 
 __all__ = [
     "ChangePublisher",
-    "Event",
     "EventEncoder",
     "RegistryLike",
     "SentEvents",
@@ -62,16 +61,8 @@ class RegistryLike(Protocol):
     def register(self, subject: str, schema: Any) -> int: ...
 
 
-@dataclass(frozen=True)
-class Event:
-    """One record to produce."""
-
-    topic: str
-    key: bytes | None  # None: a TRUNCATE (about no key)
-    value: bytes | None
-
-
-_Record = tuple[str, bytes | None, bytes | None]  # an Event's topic, key and value
+# One record to produce: topic, key (None: a TRUNCATE, about no key), value (None: a tombstone).
+_Record = tuple[str, bytes | None, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -299,12 +290,8 @@ class ChangePublisher:
         except Exception as e:
             log.warning("aborting the capture's Kafka transaction failed: %s", e)
 
-    def events(self, change: Change, now_ms: int) -> list[Event]:
-        """The events of one change (see the module doc for deletes and key changes)."""
-        return [Event(*record) for record in self._records(change, now_ms)]
-
     def _records(self, change: Change, now_ms: int) -> list[_Record]:
-        """:meth:`events` as (topic, key, value) tuples."""
+        """The records of one change (see the module doc for deletes and key changes)."""
         codec = self._encoder.codec(change.table)
         topic, op = codec.topic, change.op
         if op is Op.TRUNCATE:
