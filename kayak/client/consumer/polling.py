@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Self
+from collections.abc import AsyncIterator, Callable
 
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
@@ -20,17 +19,22 @@ from kayak.client.consumer.completed import CompletedFetch
 from kayak.client.consumer.errors import ConsumerClosedError
 from kayak.client.consumer.fetcher import Fetcher
 from kayak.client.consumer.group import GroupMember
+from kayak.client.consumer.native import next_record
 from kayak.client.consumer.position_lookup import PositionLookup
 from kayak.client.consumer.records import ConsumerRecord
 from kayak.client.consumer.subscription import PartitionState, SubscriptionState
 from kayak.client.types import TopicPartition
 from kayak.errors import KayakError
+from kayak.protocol.records import Record
 
 __all__ = ["RecordPolling"]
 
 # Hand this many records out through getone()/iteration between chances for the event loop
 # to take in responses and send the next fetches.
 _RECORDS_BETWEEN_YIELDS = 500
+
+if next_record is not None:
+    next_record.configure(CompletedFetch, PartitionState, Record)
 
 
 class RecordPolling:
@@ -185,7 +189,12 @@ class RecordPolling:
             await fetcher.wait_for_data(self.config.fetch_max_wait_ms / 1000 or 0.1, chosen)
             self._check_open()
 
-    def __aiter__(self) -> Self:
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        """``async for``: with the C extension, an iterator that takes the usual case (the
+        next record of the batch being handed out) itself and calls ``__anext__`` for the
+        rest; a subclass with its own ``__anext__`` iterates through it alone."""
+        if next_record is not None and type(self).__anext__ is RecordPolling.__anext__:
+            return next_record.RecordIterator(self, _RECORDS_BETWEEN_YIELDS)
         return self
 
     async def __anext__(self) -> ConsumerRecord:

@@ -1,0 +1,575 @@
+/*
+ * ``async for record in consumer``: the next record of the batch being handed out, in C.
+ *
+ * The Python reference is RecordPolling.__anext__ (polling.py): its usual case takes the next
+ * record of the batch the previous record came from (_take_within_batch) after the checks every
+ * poll makes (_ready_for_buffered). In Python that case cost a coroutine, three method calls
+ * and a dozen attribute reads per record, more than decoding the record did. RecordIterator
+ * makes the same checks and the same changes without any of them, and hands every other case
+ * (nothing being handed out, a batch's last record, a pending error, a seek or pause since,
+ * time to give the event loop a turn) to the consumer's own __anext__, before changing anything:
+ * every error is still raised by Python.
+ *
+ * CompletedFetch, PartitionState and Record are __slots__ classes: their slots are read and
+ * written at the offsets their member descriptors give (configure()), as the interpreter's own
+ * slot descriptors do, and only on objects of exactly those classes (or, for records, of Record's
+ * subclasses, which add no slots of their own).
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+typedef struct {
+    PyTypeObject *fetch, *state, *record;
+    Py_ssize_t off_fetch_state, off_fetch_epoch, off_fetch_index, off_fetch_items;
+    Py_ssize_t off_fetch_are_records;
+    Py_ssize_t off_state_epoch, off_state_paused, off_state_position, off_state_processed;
+    Py_ssize_t off_record_offset;
+} layout;
+
+static layout classes;
+static int configured = 0;
+static PyObject *str_handing_out, *str_closed, *str_fetcher, *str_group, *str_positions;
+static PyObject *str_returned, *str_errors, *str_error, *str_error_private, *str_polled;
+static PyObject *str_since_yield, *str_anext;
+
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* Offset of the object slot ``name`` of ``type``, from its member descriptor. */
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)
+        || member->offset < (Py_ssize_t)sizeof(PyObject)
+        || member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a plain object slot", type->tp_name, name);
+        return -1;
+    }
+    *offset = member->offset;
+    return 0;
+}
+
+PyDoc_STRVAR(configure_doc,
+"configure(completed_fetch, partition_state, record)\n"
+"\n"
+"Tell the fast path the classes whose slots it reads (once, when kayak's consumer loads).");
+
+static PyObject *
+configure(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *f, *s, *r;
+    if (!PyArg_ParseTuple(args, "O!O!O!:configure", &PyType_Type, &f, &PyType_Type, &s,
+                          &PyType_Type, &r)) {
+        return NULL;
+    }
+    layout fresh;
+    fresh.fetch = (PyTypeObject *)f;
+    fresh.state = (PyTypeObject *)s;
+    fresh.record = (PyTypeObject *)r;
+    if (slot_offset(fresh.fetch, "state", &fresh.off_fetch_state) < 0
+        || slot_offset(fresh.fetch, "epoch", &fresh.off_fetch_epoch) < 0
+        || slot_offset(fresh.fetch, "_index", &fresh.off_fetch_index) < 0
+        || slot_offset(fresh.fetch, "_items", &fresh.off_fetch_items) < 0
+        || slot_offset(fresh.fetch, "_items_are_records", &fresh.off_fetch_are_records) < 0
+        || slot_offset(fresh.state, "epoch", &fresh.off_state_epoch) < 0
+        || slot_offset(fresh.state, "paused", &fresh.off_state_paused) < 0
+        || slot_offset(fresh.state, "position", &fresh.off_state_position) < 0
+        || slot_offset(fresh.state, "processed", &fresh.off_state_processed) < 0
+        || slot_offset(fresh.record, "offset", &fresh.off_record_offset) < 0) {
+        return NULL;
+    }
+    if (configured) {
+        Py_DECREF(classes.fetch);
+        Py_DECREF(classes.state);
+        Py_DECREF(classes.record);
+    }
+    Py_INCREF(fresh.fetch);
+    Py_INCREF(fresh.state);
+    Py_INCREF(fresh.record);
+    classes = fresh;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+/* A slot holding an exact int that fits a long long, into *out; 0 if it is anything else. */
+static inline int
+small_int(PyObject *value, long long *out)
+{
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return !overflow && !(*out == -1 && PyErr_Occurred());
+}
+
+static inline void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *fresh)
+{
+    PyObject *old = SLOT(obj, offset);
+    SLOT(obj, offset) = fresh; /* takes the reference */
+    Py_XDECREF(old);
+}
+
+static inline double
+monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* An attribute that must be None (or, with ``falsy``, an empty list or False) for the fast
+ * path: 1 if it is, 0 if not, -1 on error. */
+static int
+attribute_is_clear(PyObject *obj, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) {
+        return -1;
+    }
+    int clear = value == Py_None || value == Py_False
+                || (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0);
+    Py_DECREF(value);
+    return clear;
+}
+
+/* -- ReadyRecord: an awaitable that is already done ------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *record; /* NULL once awaited */
+} ReadyRecord;
+
+static void
+ready_dealloc(ReadyRecord *self)
+{
+    Py_XDECREF(self->record);
+    PyObject_Free(self);
+}
+
+static PyObject *
+ready_await(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+/* The await's result without a StopIteration (PyIter_Send, which `await` uses in 3.10+). */
+static PySendResult
+ready_send(ReadyRecord *self, PyObject *arg, PyObject **result)
+{
+    (void)arg;
+    if (self->record == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited __anext__()");
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    *result = self->record; /* hands the reference over */
+    self->record = NULL;
+    return PYGEN_RETURN;
+}
+
+static PyObject *
+ready_next(ReadyRecord *self)
+{
+    PyObject *record;
+    if (ready_send(self, Py_None, &record) == PYGEN_ERROR) {
+        return NULL;
+    }
+    PyErr_SetObject(PyExc_StopIteration, record);
+    Py_DECREF(record);
+    return NULL;
+}
+
+static PyAsyncMethods ready_async = {
+    .am_await = ready_await,
+    .am_send = (sendfunc)ready_send,
+};
+
+static PyTypeObject ReadyRecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kayak.client.consumer._next_record.ReadyRecord",
+    .tp_basicsize = sizeof(ReadyRecord),
+    .tp_dealloc = (destructor)ready_dealloc,
+    .tp_as_async = &ready_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)ready_next,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What RecordIterator.__anext__ returns when the next record is at hand.",
+};
+
+/* -- RecordIterator --------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *consumer;
+    PyObject *fetcher, *group, *positions; /* set once the consumer started (never replaced) */
+    ReadyRecord *spare;                    /* reused while nothing else holds it */
+    long long since_yield, yield_every;
+    double polled_at, poll_every;
+} RecordIterator;
+
+static int
+iterator_init(RecordIterator *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"consumer", "yield_every", NULL};
+    PyObject *consumer;
+    long long yield_every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OL:RecordIterator", keywords, &consumer,
+                                     &yield_every)) {
+        return -1;
+    }
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "kayak.client.consumer._next_record is not configured");
+        return -1;
+    }
+    if (yield_every < 1) {
+        PyErr_SetString(PyExc_ValueError, "yield_every must be at least 1");
+        return -1;
+    }
+    Py_XSETREF(self->consumer, Py_NewRef(consumer));
+    Py_CLEAR(self->fetcher);
+    Py_CLEAR(self->group);
+    Py_CLEAR(self->positions);
+    self->since_yield = 0;
+    self->yield_every = yield_every;
+    self->polled_at = 0.0;
+    self->poll_every = 0.001;
+    return 0;
+}
+
+static int
+iterator_traverse(RecordIterator *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->consumer);
+    Py_VISIT(self->fetcher);
+    Py_VISIT(self->group);
+    Py_VISIT(self->positions);
+    Py_VISIT(self->spare);
+    return 0;
+}
+
+static int
+iterator_clear(RecordIterator *self)
+{
+    Py_CLEAR(self->consumer);
+    Py_CLEAR(self->fetcher);
+    Py_CLEAR(self->group);
+    Py_CLEAR(self->positions);
+    Py_CLEAR(self->spare);
+    return 0;
+}
+
+static void
+iterator_dealloc(RecordIterator *self)
+{
+    PyObject_GC_UnTrack(self);
+    iterator_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The consumer's fetcher, group and position lookup, read once it has started. 1 when read,
+ * 0 if it has not started, -1 on error. */
+static int
+learn_parts(RecordIterator *self)
+{
+    if (self->fetcher != NULL) {
+        return 1;
+    }
+    PyObject *fetcher = PyObject_GetAttr(self->consumer, str_fetcher);
+    if (fetcher == NULL) {
+        return -1;
+    }
+    if (fetcher == Py_None) {
+        Py_DECREF(fetcher);
+        return 0;
+    }
+    PyObject *group = PyObject_GetAttr(self->consumer, str_group);
+    PyObject *positions = group ? PyObject_GetAttr(self->consumer, str_positions) : NULL;
+    if (positions == NULL) {
+        Py_DECREF(fetcher);
+        Py_XDECREF(group);
+        return -1;
+    }
+    self->fetcher = fetcher;
+    self->group = group;
+    self->positions = positions;
+    return 1;
+}
+
+/* Whether nothing is pending that a poll would raise first (_ready_for_buffered's checks):
+ * 1 if so, 0 if not, -1 on error. */
+static int
+nothing_pending(RecordIterator *self)
+{
+    int clear = attribute_is_clear(self->consumer, str_closed);
+    if (clear == 1) {
+        PyObject *errors = PyObject_GetAttr(self->fetcher, str_errors);
+        if (errors == NULL) {
+            return -1;
+        }
+        clear = PyList_CheckExact(errors) && PyList_GET_SIZE(errors) == 0;
+        Py_DECREF(errors);
+    }
+    if (clear == 1 && self->group != Py_None) {
+        clear = attribute_is_clear(self->group, str_error);
+    }
+    if (clear == 1 && self->positions != Py_None) {
+        clear = attribute_is_clear(self->positions, str_error_private);
+    }
+    return clear;
+}
+
+/* The partitions the last poll returned records of, if each is a PartitionState (new
+ * reference), else None (new reference) or NULL on error. */
+static PyObject *
+returned_states(RecordIterator *self)
+{
+    PyObject *returned = PyObject_GetAttr(self->consumer, str_returned);
+    if (returned == NULL) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(returned)) {
+        Py_DECREF(returned);
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(returned); i++) {
+        if (Py_TYPE(PyList_GET_ITEM(returned, i)) != classes.state) {
+            Py_DECREF(returned);
+            Py_RETURN_NONE;
+        }
+    }
+    return returned;
+}
+
+/* A ReadyRecord holding ``record`` (a new reference, taken over). */
+static PyObject *
+ready_with(RecordIterator *self, PyObject *record)
+{
+    ReadyRecord *ready = self->spare;
+    if (ready == NULL || Py_REFCNT(ready) != 1 || ready->record != NULL) {
+        ready = PyObject_New(ReadyRecord, &ReadyRecordType);
+        if (ready == NULL) {
+            Py_DECREF(record);
+            return NULL;
+        }
+        Py_XSETREF(self->spare, ready);
+    }
+    ready->record = record;
+    return Py_NewRef(ready);
+}
+
+/* The record the fast path takes (a new reference), or NULL without an error when the
+ * consumer's own __anext__ must run; NULL with an error set on failure. */
+static PyObject *
+take_within_batch(RecordIterator *self)
+{
+    int started = learn_parts(self);
+    if (started <= 0) {
+        return NULL;
+    }
+    PyObject *fetch = PyObject_GetAttr(self->consumer, str_handing_out);
+    if (fetch == NULL) {
+        return NULL;
+    }
+    PyObject *record = NULL;
+    PyObject *returned = NULL;
+    if (Py_TYPE(fetch) != classes.fetch) { /* None: nothing being handed out */
+        goto done;
+    }
+    PyObject *state = SLOT(fetch, classes.off_fetch_state);
+    long long fetch_epoch, state_epoch, index;
+    PyObject *items = SLOT(fetch, classes.off_fetch_items);
+    if (state == NULL || Py_TYPE(state) != classes.state
+        || !small_int(SLOT(fetch, classes.off_fetch_epoch), &fetch_epoch)
+        || !small_int(SLOT(state, classes.off_state_epoch), &state_epoch)
+        || fetch_epoch != state_epoch                                   /* seeked, unassigned */
+        || SLOT(state, classes.off_state_paused) != Py_False
+        || SLOT(fetch, classes.off_fetch_are_records) != Py_True
+        || items == NULL || !PyList_CheckExact(items)
+        || !small_int(SLOT(fetch, classes.off_fetch_index), &index)
+        || index < 0 || index + 1 >= PyList_GET_SIZE(items)) {        /* the batch's last */
+        goto done;
+    }
+    PyObject *candidate = PyList_GET_ITEM(items, index);
+    long long offset;
+    if (!PyObject_TypeCheck(candidate, classes.record)
+        || !small_int(SLOT(candidate, classes.off_record_offset), &offset)) {
+        goto done;
+    }
+    int clear = nothing_pending(self);
+    if (clear <= 0) {
+        goto done;
+    }
+    returned = returned_states(self);
+    if (returned == NULL || returned == Py_None) {
+        goto done;
+    }
+    PyObject *next_index = PyLong_FromLongLong(index + 1);
+    PyObject *position = next_index ? PyLong_FromLongLong(offset + 1) : NULL;
+    if (position == NULL) {
+        Py_XDECREF(next_index);
+        goto done;
+    }
+    /* From here on the record is taken: what _ready_for_buffered and take_within_batch do. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(returned); i++) {
+        PyObject *returned_state = PyList_GET_ITEM(returned, i);
+        PyObject *at = SLOT(returned_state, classes.off_state_position);
+        set_slot(returned_state, classes.off_state_processed, Py_XNewRef(at));
+    }
+    if (self->group != Py_None) {
+        /* Liveness (max.poll.interval.ms) to the millisecond: calling polled() per record
+         * cost more than the record. */
+        double now = monotonic();
+        if (now - self->polled_at >= self->poll_every) {
+            PyObject *done = PyObject_CallMethodNoArgs(self->group, str_polled);
+            if (done == NULL) {
+                Py_DECREF(next_index);
+                Py_DECREF(position);
+                goto done;
+            }
+            Py_DECREF(done);
+            self->polled_at = now;
+        }
+    }
+    set_slot(fetch, classes.off_fetch_index, next_index);
+    set_slot(state, classes.off_state_position, position);
+    record = Py_NewRef(candidate);
+done:
+    Py_XDECREF(returned);
+    Py_DECREF(fetch);
+    return record;
+}
+
+static PyObject *
+iterator_anext(RecordIterator *self)
+{
+    if (self->consumer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordIterator.__init__ was not called");
+        return NULL;
+    }
+    if (self->since_yield < self->yield_every) {
+        PyObject *record = take_within_batch(self);
+        if (record != NULL) {
+            self->since_yield++;
+            return ready_with(self, record);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    } else {
+        /* The consumer's __anext__ gives the event loop its turn: tell it one is due. */
+        PyObject *due = PyLong_FromLongLong(self->yield_every);
+        if (due == NULL || PyObject_SetAttr(self->consumer, str_since_yield, due) < 0) {
+            Py_XDECREF(due);
+            return NULL;
+        }
+        Py_DECREF(due);
+        self->since_yield = 0;
+    }
+    return PyObject_CallMethodNoArgs(self->consumer, str_anext);
+}
+
+static PyObject *
+iterator_aiter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static PyAsyncMethods iterator_async = {
+    .am_aiter = iterator_aiter,
+    .am_anext = (unaryfunc)iterator_anext,
+};
+
+static PyObject *
+iterator_anext_method(RecordIterator *self, PyObject *unused)
+{
+    (void)unused;
+    return iterator_anext(self);
+}
+
+static PyMethodDef iterator_methods[] = {
+    {"__anext__", (PyCFunction)iterator_anext_method, METH_NOARGS,
+     "The next record, as an awaitable (the consumer's own __anext__ when not at hand)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordIteratorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kayak.client.consumer._next_record.RecordIterator",
+    .tp_basicsize = sizeof(RecordIterator),
+    .tp_dealloc = (destructor)iterator_dealloc,
+    .tp_as_async = &iterator_async,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RecordIterator(consumer, yield_every): async for over a consumer's records.",
+    .tp_traverse = (traverseproc)iterator_traverse,
+    .tp_clear = (inquiry)iterator_clear,
+    .tp_methods = iterator_methods,
+    .tp_init = (initproc)iterator_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* -- the module ------------------------------------------------------------------------------- */
+
+static PyMethodDef next_record_methods[] = {
+    {"configure", (PyCFunction)configure, METH_VARARGS, configure_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef next_record_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kayak.client.consumer._next_record",
+    .m_doc = "async for over a consumer's records, its usual case in C (see polling.py).",
+    .m_size = -1,
+    .m_methods = next_record_methods,
+};
+
+static int
+intern_names(void)
+{
+    struct {
+        PyObject **into;
+        const char *name;
+    } names[] = {
+        {&str_handing_out, "_handing_out"}, {&str_closed, "_closed"},
+        {&str_fetcher, "_fetcher"},         {&str_group, "_group"},
+        {&str_positions, "_positions"},     {&str_returned, "_returned"},
+        {&str_errors, "_errors"},           {&str_error, "error"},
+        {&str_error_private, "_error"},     {&str_polled, "polled"},
+        {&str_since_yield, "_since_yield"}, {&str_anext, "__anext__"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *names[i].into = PyUnicode_InternFromString(names[i].name);
+        if (*names[i].into == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__next_record(void)
+{
+    if (intern_names() < 0 || PyType_Ready(&ReadyRecordType) < 0
+        || PyType_Ready(&RecordIteratorType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&next_record_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "RecordIterator", (PyObject *)&RecordIteratorType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
