@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol, SupportsIndex, TypeAlias
 
 from kayak.errors import ConfigError
+from kayak.protocol.records.native import codec as _codec
 
 __all__ = [
     "PARTITIONER_NAMES",
@@ -93,6 +94,10 @@ class Partitioner(Protocol):
 
 # --------------------------------------------------------------------------------------------
 # murmur2, exactly as org.apache.kafka.common.utils.Utils.murmur2 computes it
+#
+# The C extension (kayak.protocol.records._codec) computes it when it is built; the Python
+# functions below are the reference it is tested against and the fallback without it (or
+# with KAYAK_PURE_PYTHON=1).
 # --------------------------------------------------------------------------------------------
 
 _SEED = 0x9747B28C
@@ -100,8 +105,10 @@ _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
 _iter_u32_le = struct.Struct("<I").iter_unpack
 
+_BytesLike: TypeAlias = bytes | bytearray | memoryview
 
-def _murmur2_u32(data: bytes) -> int:
+
+def _py_murmur2_u32(data: _BytesLike) -> int:
     """murmur2 of ``data`` as an unsigned 32-bit int (the bits Java's int holds)."""
     length = len(data)
     h = _SEED ^ length
@@ -121,10 +128,19 @@ def _murmur2_u32(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
-def murmur2(data: bytes) -> int:
+def _py_murmur2(data: _BytesLike) -> int:
     """Kafka's murmur2 hash of ``data``: a signed 32-bit int, as Java's ``Utils.murmur2``."""
-    h = _murmur2_u32(data)
+    h = _py_murmur2_u32(data)
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+murmur2: Callable[[_BytesLike], int] = _codec.murmur2 if _codec is not None else _py_murmur2
+"""Kafka's murmur2 hash of ``data``: a signed 32-bit int, as Java's ``Utils.murmur2``
+(the C function when the extension is built, else ``_py_murmur2``)."""
+
+# What the keyed partitioners hash with. Only the low 31 bits are used (to_positive), and the
+# signed and the unsigned result share them, so the Python fallback skips the sign step.
+_key_hash: Callable[[_BytesLike], int] = _codec.murmur2 if _codec is not None else _py_murmur2_u32
 
 
 def to_positive(number: int) -> int:
@@ -136,7 +152,7 @@ def murmur2_partition(key: bytes, num_partitions: int) -> int:
     """The partition the Java client's default partitioner picks for ``key``:
     ``to_positive(murmur2(key)) % num_partitions``."""
     _require_partitions(num_partitions)
-    return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
+    return (_key_hash(key) & 0x7FFFFFFF) % num_partitions
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,9 +249,11 @@ class DefaultPartitioner(PartitionerBase):
     def __call__(
         self, topic: str, key: bytes | None, num_partitions: int, available: Sequence[int] | None
     ) -> int:
+        # The keyed path runs once per keyed record: one comparison stands in for the
+        # _require_partitions call, which runs only when it has something to reject.
+        if key is not None and num_partitions > 0:
+            return (_key_hash(key) & 0x7FFFFFFF) % num_partitions
         _require_partitions(num_partitions)
-        if key is not None:
-            return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
         return self._sticky.partition(topic, num_partitions, available)
 
     def on_new_batch(self, topic: str, prev_partition: int) -> None:
@@ -354,7 +372,7 @@ class Murmur2Partitioner(PartitionerBase):
         self, topic: str, key: bytes | None, num_partitions: int, available: Sequence[int] | None
     ) -> int:
         _require_partitions(num_partitions)
-        return (_murmur2_u32(key or b"") & 0x7FFFFFFF) % num_partitions
+        return (_key_hash(key or b"") & 0x7FFFFFFF) % num_partitions
 
 
 class Murmur2RandomPartitioner(_KeyHashOrRandom):
@@ -365,7 +383,7 @@ class Murmur2RandomPartitioner(_KeyHashOrRandom):
 
     @staticmethod
     def _hash_partition(key: bytes, num_partitions: int) -> int:
-        return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
+        return (_key_hash(key) & 0x7FFFFFFF) % num_partitions
 
 
 class ConsistentPartitioner(PartitionerBase):

@@ -35,6 +35,7 @@ from kayak.client.partitioner import (
     RandomPartitioner,
     RoundRobinPartitioner,
     StickyPartitioner,
+    _py_murmur2,
     murmur2,
     murmur2_partition,
     partitioner_from_config,
@@ -80,9 +81,19 @@ JAVA_VECTORS = {
 }
 
 
+# murmur2 is the C function when the extension is built; _py_murmur2 is the reference.
+MURMUR2_IMPLEMENTATIONS = {"selected": murmur2, "python": _py_murmur2}
+
+
+@pytest.mark.parametrize("implementation", MURMUR2_IMPLEMENTATIONS)
 @pytest.mark.parametrize(("data", "expected"), JAVA_VECTORS.items())
-def test_murmur2_matches_kafkas_own_vectors(data: bytes, expected: int) -> None:
-    assert murmur2(data) == expected
+def test_murmur2_matches_kafkas_own_vectors(
+    data: bytes, expected: int, implementation: str
+) -> None:
+    hash_function = MURMUR2_IMPLEMENTATIONS[implementation]
+    assert hash_function(data) == expected
+    assert hash_function(bytearray(data)) == expected
+    assert hash_function(memoryview(data)) == expected
 
 
 def test_murmur2_is_a_signed_32_bit_int() -> None:
@@ -107,6 +118,7 @@ def test_murmur2_hash_matches_kafka_python_and_aiokafka() -> None:
 @given(st.binary(max_size=300))
 def test_murmur2_matches_kafka_python_for_any_bytes(data: bytes) -> None:
     assert murmur2(data) & 0xFFFFFFFF == kafka_python_murmur2(data)
+    assert _py_murmur2(data) == murmur2(data)
 
 
 @pytest.mark.parametrize("num_partitions", PARTITION_COUNTS)

@@ -1209,9 +1209,78 @@ invalid:
     Py_RETURN_NONE;
 }
 
+/* -- murmur2 (the producer's key hash) ------------------------------------------------------- */
+
+/* Kafka's murmur2 over p[0..n): org.apache.kafka.common.utils.Utils.murmur2, in uint32_t
+ * arithmetic (unsigned wrap-around gives the same 32 bits as Java's int overflow; >> on
+ * uint32_t is Java's >>>). */
+static uint32_t
+murmur2_u32(const unsigned char *p, Py_ssize_t n)
+{
+    const uint32_t m = 0x5bd1e995u;
+    /* Java's length is an int: only its low 32 bits enter the hash. */
+    uint32_t h = 0x9747b28cu ^ (uint32_t)n;
+    Py_ssize_t body = n & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < body; i += 4) {
+        /* Little-endian, byte by byte: no unaligned load, any host byte order. */
+        uint32_t k = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16
+                     | (uint32_t)p[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (n & 3) { /* Java's fall-through switch over the 1-3 trailing bytes */
+    case 3:
+        h ^= (uint32_t)p[body + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)p[body + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)p[body];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+PyDoc_STRVAR(murmur2_doc,
+"murmur2(data, /) -> int\n"
+"\n"
+"Kafka's murmur2 hash of a bytes-like object: a signed 32-bit int, as Java's\n"
+"Utils.murmur2 returns (the producer's key hash). TypeError for anything else.");
+
+static PyObject *
+murmur2(PyObject *module, PyObject *data)
+{
+    (void)module;
+    uint32_t h;
+    if (PyBytes_CheckExact(data)) { /* the usual key: no buffer to acquire */
+        h = murmur2_u32((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    }
+    else {
+        Py_buffer view;
+        /* PyBUF_SIMPLE: one contiguous run of bytes; raises TypeError for str, int, None. */
+        if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+            return NULL;
+        }
+        h = murmur2_u32((const unsigned char *)view.buf, view.len);
+        PyBuffer_Release(&view);
+    }
+    /* Java's int: the same 32 bits read as two's complement (int32_t conversion of a value
+     * above INT32_MAX is implementation-defined in C, so subtract instead). */
+    long long value = h & 0x80000000u ? (long long)h - 0x100000000LL : (long long)h;
+    return PyLong_FromLongLong(value);
+}
+
 static PyMethodDef codec_methods[] = {
     {"track", (PyCFunction)track, METH_O, track_doc},
     {"now_ms", (PyCFunction)now_ms, METH_NOARGS, now_ms_doc},
+    {"murmur2", (PyCFunction)murmur2, METH_O, murmur2_doc},
     {"configure", (PyCFunction)configure, METH_O, configure_doc},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      decode_records_doc},

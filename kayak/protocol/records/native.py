@@ -46,6 +46,10 @@ class RecordCodec(Protocol):
     def now_ms(self) -> int:
         """``time.time_ns() // 1_000_000``, cheaper."""
 
+    def murmur2(self, data: bytes | bytearray | memoryview, /) -> int:
+        """Kafka's murmur2 of ``data``, signed as Java's ``Utils.murmur2``: what
+        ``kayak.client.partitioner._py_murmur2`` returns."""
+
     def track(self, record: Record, /) -> None:
         """Let the garbage collector follow an untracked record again."""
 
