@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "../slot_access.h"
 #include <time.h>
 
 typedef struct {
@@ -34,28 +35,6 @@ static int configured = 0;
 static PyObject *str_handing_out, *str_closed, *str_fetcher, *str_group, *str_positions;
 static PyObject *str_returned, *str_errors, *str_error, *str_error_private, *str_polled;
 static PyObject *str_since_yield, *str_anext;
-
-#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
-
-/* Offset of the object slot ``name`` of ``type``, from its member descriptor. */
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
-    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    if (member->type != T_OBJECT_EX || (member->flags & READONLY)
-        || member->offset < (Py_ssize_t)sizeof(PyObject)
-        || member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a plain object slot", type->tp_name, name);
-        return -1;
-    }
-    *offset = member->offset;
-    return 0;
-}
 
 PyDoc_STRVAR(configure_doc,
 "configure(completed_fetch, partition_state, record)\n"
@@ -98,26 +77,6 @@ configure(PyObject *module, PyObject *args)
     classes = fresh;
     configured = 1;
     Py_RETURN_NONE;
-}
-
-/* A slot holding an exact int that fits a long long, into *out; 0 if it is anything else. */
-static inline int
-small_int(PyObject *value, long long *out)
-{
-    if (value == NULL || !PyLong_CheckExact(value)) {
-        return 0;
-    }
-    int overflow;
-    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
-    return !overflow && !(*out == -1 && PyErr_Occurred());
-}
-
-static inline void
-set_slot(PyObject *obj, Py_ssize_t offset, PyObject *fresh)
-{
-    PyObject *old = SLOT(obj, offset);
-    SLOT(obj, offset) = fresh; /* takes the reference */
-    Py_XDECREF(old);
 }
 
 static inline double

@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "../slot_access.h"
 #include <stdint.h>
 #include <time.h>
 
@@ -44,28 +45,6 @@ typedef struct {
 static layout classes;
 static int configured = 0;
 static PyObject *str_on_delivery, *str_key, *str_headers, *str_partition, *str_timestamp;
-
-#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
-
-/* Offset of the object slot ``name`` of ``type``, from its member descriptor. */
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
-    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    if (member->type != T_OBJECT_EX || (member->flags & READONLY)
-        || member->offset < (Py_ssize_t)sizeof(PyObject)
-        || member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a plain object slot", type->tp_name, name);
-        return -1;
-    }
-    *offset = member->offset;
-    return 0;
-}
 
 static int
 exact_class(PyObject *candidate, PyTypeObject **into)
@@ -141,26 +120,6 @@ typedef struct {
     long long callback_kind, future_kind; /* ProducerBatch.report_kinds bits */
     char enabled;
 } PlainAppender;
-
-/* A slot holding an exact int that fits a long long, into *out; 0 if it is anything else. */
-static inline int
-small_int(PyObject *value, long long *out)
-{
-    if (value == NULL || !PyLong_CheckExact(value)) {
-        return 0;
-    }
-    int overflow;
-    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
-    return !overflow && !(*out == -1 && PyErr_Occurred());
-}
-
-static inline void
-set_slot(PyObject *obj, Py_ssize_t offset, PyObject *fresh)
-{
-    PyObject *old = SLOT(obj, offset);
-    SLOT(obj, offset) = fresh; /* takes the reference */
-    Py_XDECREF(old);
-}
 
 static inline long long
 now_ms(void)
