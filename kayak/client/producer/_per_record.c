@@ -24,7 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include "../slot_access.h"
+#include "../../slot_access.h"
 #include <stdint.h>
 #include <time.h>
 

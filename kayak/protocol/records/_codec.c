@@ -28,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "../../slot_access.h"
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -952,27 +953,6 @@ encode_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* -- configuration ---------------------------------------------------------------------------- */
-
-/* Offset of the object slot name of type, from its member descriptor. */
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a slot", type->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-    if (member->type != T_OBJECT_EX || (member->flags & READONLY)
-        || member->offset < (Py_ssize_t)sizeof(PyObject)
-        || member->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
-        PyErr_Format(PyExc_TypeError, "%.100s.%s is not a writable object slot",
-                     type->tp_name, name);
-        return -1;
-    }
-    *offset = member->offset;
-    return 0;
-}
 
 PyDoc_STRVAR(configure_doc,
 "configure(record_type)\n"

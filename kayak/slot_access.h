@@ -1,14 +1,14 @@
 /*
- * Reading and writing the __slots__ of kayak's own classes from C, for the client's C
- * extensions (_per_record.c, _next_record.c).
+ * Reading and writing the __slots__ of kayak's own classes from C, for kayak's C extensions
+ * (the record codec, the producer's per-record append, the consumer's next record).
  *
  * A slot's offset comes from its member descriptor, once (each extension's configure()), as the
  * interpreter's own slot descriptors find it; the extensions then touch slots only on objects of
  * exactly the classes they were configured with.
  */
 
-#ifndef KAYAK_CLIENT_SLOT_ACCESS_H
-#define KAYAK_CLIENT_SLOT_ACCESS_H
+#ifndef KAYAK_SLOT_ACCESS_H
+#define KAYAK_SLOT_ACCESS_H
 
 #include <Python.h>
 #include <structmember.h>
