@@ -301,3 +301,15 @@ def test_without_the_extension_the_consumer_iterates_itself() -> None:
     env = {**os.environ, "KAYAK_PURE_PYTHON": "1"}
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=root, timeout=60)
+
+
+def test_a_record_iterator_refuses_what_it_cannot_run() -> None:
+    assert next_record is not None
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(ValueError, match="yield_every"):
+        next_record.RecordIterator(consumer, 0)
+    with pytest.raises(TypeError):
+        next_record.RecordIterator(consumer, "500")  # type: ignore[arg-type]
+    bare = next_record.RecordIterator.__new__(next_record.RecordIterator)
+    with pytest.raises(RuntimeError, match="__init__ was not called"):
+        bare.__anext__()
