@@ -87,7 +87,7 @@ monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* An attribute that must be None (or, with ``falsy``, an empty list or False) for the fast
+/* An attribute that must be None, False or an empty list for the fast
  * path: 1 if it is, 0 if not, -1 on error. */
 static int
 attribute_is_clear(PyObject *obj, PyObject *name)
@@ -449,19 +449,6 @@ static PyAsyncMethods iterator_async = {
     .am_anext = (unaryfunc)iterator_anext,
 };
 
-static PyObject *
-iterator_anext_method(RecordIterator *self, PyObject *unused)
-{
-    (void)unused;
-    return iterator_anext(self);
-}
-
-static PyMethodDef iterator_methods[] = {
-    {"__anext__", (PyCFunction)iterator_anext_method, METH_NOARGS,
-     "The next record, as an awaitable (the consumer's own __anext__ when not at hand)."},
-    {NULL, NULL, 0, NULL},
-};
-
 static PyTypeObject RecordIteratorType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kayak.client.consumer._next_record.RecordIterator",
@@ -472,7 +459,6 @@ static PyTypeObject RecordIteratorType = {
     .tp_doc = "RecordIterator(consumer, yield_every): async for over a consumer's records.",
     .tp_traverse = (traverseproc)iterator_traverse,
     .tp_clear = (inquiry)iterator_clear,
-    .tp_methods = iterator_methods,
     .tp_init = (initproc)iterator_init,
     .tp_new = PyType_GenericNew,
 };
