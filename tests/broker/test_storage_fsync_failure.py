@@ -1,8 +1,10 @@
 """Storage faults: a failing or slow ``fdatasync``, in an in-process broker with
 ``os.fdatasync`` patched (an EIO from the disk, an fsync that takes its time, cannot be made
-real). A failed fdatasync takes the partition offline until a restart and acknowledges nothing
-it did not make durable; the high watermark is the last durable offset (``--flush group`` and
-``always``) or the log end (``never``)."""
+real). The patch reaches the group commit's Python thread pool, which these tests pin (the
+native sync threads call the C library's fdatasync; tests/broker/test_disk_sync.py gives them
+real failures). A failed fdatasync takes the partition offline until a restart and
+acknowledges nothing it did not make durable; the high watermark is the last durable offset
+(``--flush group`` and ``always``) or the log end (``never``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from kayak.broker import Broker
-from kayak.broker.log import FlushMode
+from kayak.broker.log import FlushMode, disk_sync
 from kayak.protocol.records import build_record_batch
 from tests.broker.interop_helpers import create_topic
 from tests.broker.storage_faults_support import (
@@ -35,6 +37,12 @@ from tests.broker.storage_faults_support import (
     read_records,
 )
 from tests.broker.wire import WireClient
+
+
+@pytest.fixture(autouse=True)
+def python_sync_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group commit syncs through ``os.fdatasync``, where the faults are injected."""
+    monkeypatch.setattr(disk_sync, "native_disk_sync", lambda: None)
 
 
 class FailingFdatasync:

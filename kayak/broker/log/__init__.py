@@ -4,7 +4,8 @@
 - :class:`Segment`: one ``.log`` file with its sparse ``.index`` and ``.timeindex``.
 - :class:`OpenFiles`: the bounded cache of open segment files (``OPEN_FILES``).
 - :class:`LogWriter`: the one way in: append, wait until durable and visible (fetchers wake).
-- :class:`GroupCommit`: makes appends durable with shared fdatasync rounds.
+- :class:`GroupCommit`: makes appends durable with shared fdatasync rounds, run off the event
+  loop by :mod:`.disk_sync` (native threads that never take the GIL, or a Python pool).
 - :class:`LogConfig`: per-topic settings by Kafka's property names.
 """
 

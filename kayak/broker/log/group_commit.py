@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
-from concurrent.futures import ThreadPoolExecutor
+import os
 from typing import NamedTuple, Protocol
 
+from kayak.broker.log.disk_sync import DiskSync, disk_sync
 from kayak.broker.log.partition import FlushPoint, PartitionLog
 from kayak.errors import KafkaError, NotLeaderOrFollowerError
 
@@ -62,16 +62,14 @@ class GroupCommit:
     waiting on that partition gets KAFKA_STORAGE_ERROR, never an acknowledgement.
     """
 
-    def __init__(self, mode: FlushMode = FlushMode.GROUP) -> None:
+    def __init__(self, mode: FlushMode = FlushMode.GROUP, disk: DiskSync | None = None) -> None:
         self.mode = mode
         # A round may start while the previous one is still in its fdatasync (at most
         # ROUNDS_IN_FLIGHT at once): an append that arrives then waits for one fsync of its
         # own, not for the rest of the running one first and then its own. Batching still
         # pays: every append of a turn of the event loop, and every one arriving while the
         # rounds in flight run, rides the same next round.
-        self._executor = ThreadPoolExecutor(
-            max_workers=ROUNDS_IN_FLIGHT, thread_name_prefix="kayak-fsync"
-        )
+        self._disk = disk if disk is not None else disk_sync(ROUNDS_IN_FLIGHT)
         self._dirty: set[PartitionLog] = set()
         self._in_flight = 0  # rounds started and not yet done
         self._round_pending = False  # a started round has not taken the dirty logs yet
@@ -181,24 +179,23 @@ class GroupCommit:
         points = [p for p in (_flush_point(plog, force) for plog in logs) if p is not None]
         if not points:
             return
-        loop = asyncio.get_running_loop()
         durable_before = [point.log.durable_offset for point in points]
-        errors, durations = await loop.run_in_executor(self._executor, _fdatasync_all, points)
+        results = await self._disk.fdatasync([point.sync_file for point in points], points)
         self.syncs += 1
         records = 0
-        for point, error, before in zip(points, errors, durable_before, strict=True):
-            if error is not None:
-                point.log.flush_failed(point, error)
+        for point, (error, _), before in zip(points, results, durable_before, strict=True):
+            if error:
+                point.log.flush_failed(point, OSError(error, os.strerror(error)))
             elif point.log.offline is None:
                 # Not after an overlapping round's failed fdatasync: the kernel may have
                 # dropped those pages, and a later fdatasync succeeding says nothing of them.
                 records += max(point.offset - before, 0)
                 point.log.flushed(point)
         if self.observer is not None:
-            self.observer.flushed(durations, records)
+            self.observer.flushed([seconds for _, seconds in results], records)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        self._disk.close()
 
 
 class _Waiter(NamedTuple):
@@ -229,19 +226,3 @@ def _flush_point(plog: PartitionLog, force: bool) -> FlushPoint | None:
     except OSError as exc:
         plog.take_offline(f"cannot sync: {exc}")
         return None
-
-
-def _fdatasync_all(points: list[FlushPoint]) -> tuple[list[OSError | None], list[float]]:
-    """fdatasync each point's file (and time it); one failure does not stop the others."""
-    errors: list[OSError | None] = []
-    durations: list[float] = []
-    for point in points:
-        started = time.perf_counter()
-        try:
-            point.sync()
-        except OSError as exc:
-            errors.append(exc)
-        else:
-            errors.append(None)
-        durations.append(time.perf_counter() - started)
-    return errors, durations

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kayak.broker.log.aborted_index import AbortedTxn
 from kayak.broker.log.config import LogConfig
+from kayak.broker.log.disk_sync import SyncFile, sync_file
 from kayak.broker.log.files import fsync_directory
 from kayak.broker.log.loader import LogEndRecorder
 from kayak.broker.log.local_log import LOG_START_CHECKPOINT, LocalLog, LogPosition
@@ -91,19 +92,15 @@ class FlushPoint:
     position: int
     offset: int
 
+    @property
+    def sync_file(self) -> SyncFile:
+        """What to fdatasync: the held descriptor, or the segment's path to open for it."""
+        return self.file.fd if self.file is not None else os.fsencode(self.segment.path)
+
     def sync(self) -> None:
-        """fdatasync the file (blocking: run it in a worker thread)."""
-        if self.file is not None:
-            os.fdatasync(self.file.fd)
-            return
-        try:
-            fd = os.open(self.segment.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # deleted meanwhile (retention, DeleteRecords): nothing left to keep
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        """fdatasync the file (blocking: tools and tests; the group commit runs it off the
+        event loop through its :class:`DiskSync`)."""
+        sync_file(self.sync_file)
 
 
 class PartitionLog:
