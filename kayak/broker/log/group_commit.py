@@ -24,7 +24,8 @@ import os
 from typing import NamedTuple, Protocol
 
 from kayak.broker.log.disk_sync import DiskSync, disk_sync
-from kayak.broker.log.partition import FlushPoint, PartitionLog
+from kayak.broker.log.flush_point import FlushPoint
+from kayak.broker.log.partition import PartitionLog
 from kayak.errors import KafkaError, NotLeaderOrFollowerError
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ and the last stable offset).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,11 +32,11 @@ from pathlib import Path
 
 from kayak.broker.log.aborted_index import AbortedTxn
 from kayak.broker.log.config import LogConfig
-from kayak.broker.log.disk_sync import SyncFile, sync_file
 from kayak.broker.log.files import fsync_directory
+from kayak.broker.log.flush_point import FlushPoint
 from kayak.broker.log.loader import LogEndRecorder
 from kayak.broker.log.local_log import LOG_START_CHECKPOINT, LocalLog, LogPosition
-from kayak.broker.log.open_files import OPEN_FILES, OpenFiles, SegmentFile
+from kayak.broker.log.open_files import OPEN_FILES, OpenFiles
 from kayak.broker.log.partition_open import PRODUCER_SNAPSHOT, open_local_log
 from kayak.broker.log.produced import ProducedBatches
 from kayak.broker.log.producer_state import ProducerStateTable
@@ -58,7 +57,6 @@ __all__ = [
     "LOG_START_CHECKPOINT",
     "PRODUCER_SNAPSHOT",
     "AppendResult",
-    "FlushPoint",
     "PartitionLog",
 ]
 
@@ -74,33 +72,6 @@ class AppendResult:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     duplicate: bool = False  # an idempotent retry: already stored, nothing written
-
-
-@dataclass(frozen=True, slots=True)
-class FlushPoint:
-    """A position of the active segment to make durable (see :meth:`PartitionLog.flush_point`).
-
-    It holds the segment's file, so a roll or a deletion meanwhile cannot close it; or, when
-    the cache of open files allows no more holders (``file`` is None), the sync opens the file
-    by name for the moment it takes. A descriptor opened after a write still reports that
-    write's failure (Linux 4.16+ reports a writeback error to every file not yet told of it).
-    """
-
-    log: PartitionLog
-    segment: Segment
-    file: SegmentFile | None
-    position: int
-    offset: int
-
-    @property
-    def sync_file(self) -> SyncFile:
-        """What to fdatasync: the held descriptor, or the segment's path to open for it."""
-        return self.file.fd if self.file is not None else os.fsencode(self.segment.path)
-
-    def sync(self) -> None:
-        """fdatasync the file (blocking: tools and tests; the group commit runs it off the
-        event loop through its :class:`DiskSync`)."""
-        sync_file(self.sync_file)
 
 
 class PartitionLog:
