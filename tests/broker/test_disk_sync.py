@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import subprocess
 import sys
+import threading
+import traceback
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -147,6 +151,68 @@ def test_a_caller_that_stops_waiting_leaves_the_round_to_finish(
         os.close(fd)
 
 
+def forget_frames(error: BaseException | None) -> None:
+    """Clear the frames in ``error``'s tracebacks (and its causes'): a finished coroutine's
+    frame there would keep its arguments alive, whoever else holds them."""
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__context__
+
+
+class Owner:
+    """Stands for what keeps a round's descriptors open (the group commit's flush points)."""
+
+
+def test_the_owner_outlives_its_round_when_the_waiter_goes_away(
+    tmp_path: Path, disk: DiskSync
+) -> None:
+    """A round whose waiter is cancelled still holds what keeps its files open until it is
+    done: otherwise a descriptor could close, and its number be reused, mid-round. The round
+    is held up for real: opening a FIFO for reading waits until a writer opens it."""
+    fifo = tmp_path / "held.fifo"
+    os.mkfifo(fifo)
+    held = [Owner()]  # handed to the round and dropped here, so only the round can keep it
+    alive = weakref.ref(held[0])
+    released = threading.Event()
+
+    def release() -> None:
+        """Open the FIFO for writing: the round's open returns (then fdatasync: EINVAL)."""
+        if released.is_set():
+            return
+        released.set()
+        try:  # non-blocking: a reader waiting in open() counts; none means nothing to free
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(disk.fdatasync([os.fsencode(fifo)], held.pop()))
+        await asyncio.sleep(0.2)  # the round is in its open() now
+        waiting.cancel()
+        try:
+            await waiting
+        except asyncio.CancelledError as exc:
+            forget_frames(exc)
+        else:
+            raise AssertionError("the cancelled waiter returned")
+        del waiting
+        gc.collect()
+        assert alive() is not None, "the owner was let go while its round still ran"
+        await asyncio.to_thread(release)
+        for _ in range(500):  # then it goes, once the round is done
+            gc.collect()
+            if alive() is None:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the owner was kept after its round was done")
+
+    try:
+        asyncio.run(main())
+    finally:
+        release()
+
+
 @pytest.mark.skipif(NATIVE is None, reason="checked by test_the_extension_is_built_where_tests_run")
 def test_native_threads_refuse_bad_input(tmp_path: Path) -> None:
     assert NATIVE is not None
@@ -163,6 +229,10 @@ def test_native_threads_refuse_bad_input(tmp_path: Path) -> None:
         threads.submit(1, [b"a\0b"])
     with pytest.raises(TypeError, match="sequence of descriptors or paths"):
         threads.submit(1, 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not one path"):
+        threads.submit(1, b"a.log")
+    with pytest.raises(TypeError, match="not bool"):
+        threads.submit(1, [True])
     with pytest.raises(RuntimeError, match="already initialised"):
         threads.__init__(1)  # type: ignore[misc]
     threads.close()
@@ -176,6 +246,20 @@ def test_native_threads_refuse_bad_input(tmp_path: Path) -> None:
         unstarted.submit(1, [])
     with pytest.raises(RuntimeError, match="__init__ was not called"):
         unstarted.completed()
+
+
+@pytest.mark.skipif(NATIVE is None, reason="checked by test_the_extension_is_built_where_tests_run")
+def test_rounds_finished_before_close_stay_for_completed(tmp_path: Path) -> None:
+    assert NATIVE is not None
+    fd = written_file(tmp_path / "a.log")
+    threads = NATIVE(1)
+    try:
+        threads.submit(7, [fd])
+        threads.close()  # joins the thread: round 7 is finished, not yet collected
+        assert [token for token, _ in threads.completed()] == [7]
+        assert threads.completed() == []
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.skipif(NATIVE is None, reason="checked by test_the_extension_is_built_where_tests_run")

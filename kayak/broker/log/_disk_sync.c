@@ -111,6 +111,21 @@ run_job(round_job *job)
     }
 }
 
+/* Wake the event loop's reader (with the lock held, so that completed() cannot miss it). */
+static void
+notify(SyncThreads *self)
+{
+    if (self->eventfd < 0) {
+        return; /* closed: completed() is called directly after close() */
+    }
+    uint64_t one = 1;
+    ssize_t wrote;
+    do {
+        wrote = write(self->eventfd, &one, sizeof(one));
+    } while (wrote < 0 && errno == EINTR);
+    /* EAGAIN only if the counter is near 2^64: the loop is told already. */
+}
+
 /* A worker: takes queued rounds until stopped, and drains the queue before it stops, so that a
  * round handed over is always synced (closing must not leave acknowledged-to-be data behind). */
 static void *
@@ -140,12 +155,7 @@ worker(void *arg)
             self->finished = job;
         }
         self->finished_tail = job;
-        uint64_t one = 1;
-        ssize_t wrote;
-        do {
-            wrote = write(self->eventfd, &one, sizeof(one));
-        } while (wrote < 0 && errno == EINTR);
-        /* EAGAIN only if the counter is near 2^64: the loop is told already. */
+        notify(self);
     }
     pthread_mutex_unlock(&self->lock);
     return NULL;
@@ -155,6 +165,7 @@ static void
 stop_threads(SyncThreads *self)
 {
     if (self->threads == 0) {
+        self->stopping = 1; /* no thread ever started (or all are joined): refuse work */
         return;
     }
     pthread_mutex_lock(&self->lock);
@@ -237,6 +248,11 @@ SyncThreads_submit(SyncThreads *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "LO:submit", &token, &files) || check_open(self) < 0) {
         return NULL;
     }
+    if (PyBytes_Check(files) || PyUnicode_Check(files) || PyByteArray_Check(files)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "files must be a sequence of descriptors or paths, not one path");
+        return NULL;
+    }
     PyObject *items = PySequence_Fast(files, "files must be a sequence of descriptors or paths");
     if (items == NULL) {
         return NULL;
@@ -278,7 +294,7 @@ SyncThreads_submit(SyncThreads *self, PyObject *args)
             }
             continue;
         }
-        if (!PyLong_Check(item)) {
+        if (!PyLong_Check(item) || PyBool_Check(item)) {
             PyErr_Format(PyExc_TypeError,
                          "a file to sync is a descriptor (int) or a path (bytes), not %.100s",
                          Py_TYPE(item)->tp_name);
@@ -355,21 +371,34 @@ SyncThreads_completed(SyncThreads *self, PyObject *Py_UNUSED(ignored))
         /* EAGAIN: nothing new since the last read; the list below may still hold rounds. */
     }
     pthread_mutex_lock(&self->lock);
-    round_job *job = self->finished;
+    round_job *taken = self->finished, *taken_tail = self->finished_tail;
     self->finished = self->finished_tail = NULL;
     pthread_mutex_unlock(&self->lock);
     PyObject *done = PyList_New(0);
-    while (job != NULL) {
-        round_job *next = job->next;
-        if (done != NULL) {
-            PyObject *pair = job_result(job);
-            if (pair == NULL || PyList_Append(done, pair) < 0) {
-                Py_CLEAR(done);
-            }
-            Py_XDECREF(pair);
+    for (round_job *job = taken; job != NULL && done != NULL; job = job->next) {
+        PyObject *pair = job_result(job);
+        if (pair == NULL || PyList_Append(done, pair) < 0) {
+            Py_CLEAR(done);
         }
-        free_job(job);
-        job = next;
+        Py_XDECREF(pair);
+    }
+    if (done == NULL && taken != NULL) {
+        /* Out of memory: the rounds go back, and the loop is told again, so that no waiter
+         * is left without its answer. */
+        pthread_mutex_lock(&self->lock);
+        taken_tail->next = self->finished;
+        if (self->finished == NULL) {
+            self->finished_tail = taken_tail;
+        }
+        self->finished = taken;
+        notify(self);
+        pthread_mutex_unlock(&self->lock);
+        return NULL;
+    }
+    while (taken != NULL) {
+        round_job *next = taken->next;
+        free_job(taken);
+        taken = next;
     }
     return done;
 }
@@ -392,7 +421,7 @@ PyDoc_STRVAR(close_doc,
 "close()\n"
 "\n"
 "Finish every queued round, stop the threads and close the eventfd. Rounds finished and not\n"
-"collected are dropped. Calling it again does nothing.");
+"collected stay for completed(). Calling it again does nothing.");
 
 static PyObject *
 SyncThreads_close(SyncThreads *self, PyObject *Py_UNUSED(ignored))
@@ -432,11 +461,14 @@ SyncThreads_dealloc(SyncThreads *self)
         if (self->eventfd >= 0) {
             close(self->eventfd);
         }
-        round_job *job = self->finished;
-        while (job != NULL) {
-            round_job *next = job->next;
-            free_job(job);
-            job = next;
+        round_job *lists[2] = {self->finished, self->queued};
+        for (int i = 0; i < 2; i++) {
+            round_job *job = lists[i];
+            while (job != NULL) {
+                round_job *next = job->next;
+                free_job(job);
+                job = next;
+            }
         }
         pthread_mutex_destroy(&self->lock);
         pthread_cond_destroy(&self->wake);

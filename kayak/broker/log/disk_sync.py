@@ -76,7 +76,10 @@ def sync_file(file: SyncFile) -> None:
         os.close(fd)
 
 
-def _sync_each(files: Sequence[SyncFile]) -> list[SyncResult]:
+def _sync_each(files: Sequence[SyncFile], owner: object = None) -> list[SyncResult]:
+    """fdatasync each file; ``owner`` rides along so that what keeps the descriptors open
+    lives until the round is done, even if its waiter stopped waiting."""
+    del owner
     results: list[SyncResult] = []
     for file in files:
         started = time.perf_counter()
@@ -96,9 +99,8 @@ class ThreadedDiskSync:
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kayak-fsync")
 
     async def fdatasync(self, files: Sequence[SyncFile], owner: object) -> list[SyncResult]:
-        del owner  # the executor's work item holds ``files``; the caller holds the rest
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, _sync_each, tuple(files))
+        return await loop.run_in_executor(self._executor, _sync_each, tuple(files), owner)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -142,10 +144,11 @@ class NativeDiskSync:
                 future.set_result(list(results))
 
     def close(self) -> None:
-        if self._loop is not None:
+        try:
             self._unwatch()
-        self._threads.close()  # finishes every queued round first
-        self._collect()
+        finally:
+            self._threads.close()  # finishes every queued round first
+            self._collect()
 
 
 def native_disk_sync() -> type[SyncThreads] | None:
