@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kayak.cdc.capture import CaptureLoop
+from kayak.cdc.change import snapshot_floor
 from kayak.cdc.postgres import enable
 from kayak.cdc.publisher import ChangePublisher, EventEncoder
 from kayak.cdc.reconnect import ReconnectingSource
@@ -135,10 +136,13 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) ->
 
 
 def replayed_topic(broker: CdcBroker) -> tuple[dict[int, int], list[str]]:
-    """The topic's events replayed by key (id → balance), and every event's position."""
+    """The topic's events replayed by key (id → balance) as a target applies them, and every
+    event's position. A snapshot taken again (the server went away before the first was
+    acknowledged) ends by dropping the rows it did not see, as the target does."""
     deserialize = AvroDeserializer(ConfluentRegistry({"url": broker.registry_url}))
     ctx = SerializationContext(TOPIC, MessageField.VALUE)
     rows: dict[int, int] = {}
+    row_positions: dict[int, str] = {}
     positions: list[str] = []
     with Consumer({"bootstrap.servers": broker.bootstrap_servers}) as consumer:
         consumer.assign([TopicPartition(TOPIC, 0)])
@@ -149,11 +153,18 @@ def replayed_topic(broker: CdcBroker) -> tuple[dict[int, int], list[str]]:
                     if record.value is None:
                         continue  # a delete's tombstone
                     event = deserialize(record.value, ctx)
-                    positions.append(event["source"]["pos"])
+                    position = event["source"]["pos"]
+                    positions.append(position)
                     if event["op"] == "d":
                         rows.pop(event["before"]["id"])
                     else:
                         rows[event["after"]["id"]] = event["after"]["balance"]
+                        row_positions[event["after"]["id"]] = position
+                    if event["source"]["snapshot"] == "last_in_data_collection":
+                        floor = snapshot_floor(position)
+                        for key in [k for k, at in row_positions.items() if at < floor]:
+                            rows.pop(key, None)
+                            del row_positions[key]
     return rows, positions
 
 
