@@ -27,6 +27,7 @@ class BrokerProcess:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
+    fd_limit: int | None = None  # the child's soft RLIMIT_NOFILE, as ``ulimit -n`` sets it
 
     @property
     def bootstrap_servers(self) -> str:
@@ -45,6 +46,9 @@ class BrokerProcess:
             "--schema-registry-port", "0",  # never the default 8081: many brokers run at once
             *self.extra_args,
         ]  # fmt: skip
+        if self.fd_limit is not None:
+            # Lowered in the child only: this test process may hold more descriptors.
+            args = ["sh", "-c", 'ulimit -n "$0" && exec "$@"', str(self.fd_limit), *args]
         env = {**os.environ, **self.env} if self.env else None
         self.process = subprocess.Popen(args, stdout=log, stderr=log, env=env)
         log.close()

@@ -14,7 +14,6 @@ restart recovers (CRC-scans) the last segment of every partition, under the limi
 from __future__ import annotations
 
 import os
-import resource
 import signal
 from pathlib import Path
 from typing import Any
@@ -101,17 +100,12 @@ def open_descriptors(pid: int) -> int:
 
 
 def start_with_fd_limit(broker: BrokerProcess, limit: int) -> None:
-    """Start the broker with a soft RLIMIT_NOFILE of ``limit`` (what ``ulimit -n`` sets).
-
-    The child inherits the limit from this process at fork, so it is lowered just around
-    the start and put back at once.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
+    """Start the broker with a soft RLIMIT_NOFILE of ``limit`` (what ``ulimit -n`` sets)."""
+    broker.fd_limit = limit
     try:
         broker.start(timeout=120)
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        broker.fd_limit = None
 
 
 @pytest.mark.timeout(300)
