@@ -20,6 +20,12 @@ pytest_plugins = [
     "tests.fixtures.jvm",
 ]
 
+# Spark's JVMs in tests live for seconds to a minute, where tiered compilation's C2 costs more
+# CPU than it saves: with the C1 compiler alone tests/cli/test_cli_pipeline.py took 60
+# CPU-seconds instead of 82. The suite is CPU-bound on two cores. (spark-submit adds
+# SPARK_SUBMIT_OPTS to the driver's JVM, which runs local[N] executors too.)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 REPO = Path(__file__).resolve().parent.parent
 SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))
 
