@@ -40,6 +40,8 @@ from kayak.broker.log import LogWriter, PartitionLog
 from kayak.broker.log.producer_state import next_sequence
 from kayak.broker.log.replay import replay_batches
 from kayak.errors import KafkaError, KayakError, TopicExistsError
+from kayak.protocol.messages.group_coordinator.group_metadata_key import GroupMetadataKey
+from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue
 from kayak.protocol.messages.group_coordinator.offset_commit_key import OffsetCommitKey
 from kayak.protocol.messages.group_coordinator.offset_commit_value import OffsetCommitValue
 from kayak.protocol.primitives import INT16
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 TOPIC = "__consumer_offsets"
 KEY_VERSION, VALUE_VERSION = 1, 3
 GROUP_METADATA_KEY_VERSION = 2
+GROUP_METADATA_VALUE_VERSION = 3  # what Kafka 3.x and 4.x write for a classic group
 # Kafka's settings of the topic where they matter for cleaning: compacted, in segments of
 # offsets.topic.segment.bytes (100 MiB), so that the cleaner gets sealed segments to clean
 # long before the 1 GiB default would roll one.
@@ -80,6 +83,20 @@ def encode_value(committed: CommittedOffset) -> bytes:
         commit_timestamp=committed.commit_timestamp,
     )
     return INT16.pack(VALUE_VERSION) + value.encode(VALUE_VERSION)
+
+
+def encode_group_key(group: str) -> bytes:
+    return INT16.pack(GROUP_METADATA_KEY_VERSION) + GroupMetadataKey(group).encode(
+        GROUP_METADATA_KEY_VERSION
+    )
+
+
+def encode_group_value(snapshot: GroupMetadataValue) -> bytes:
+    return INT16.pack(GROUP_METADATA_VALUE_VERSION) + snapshot.encode(GROUP_METADATA_VALUE_VERSION)
+
+
+def decode_group_value(value: bytes) -> GroupMetadataValue:
+    return GroupMetadataValue.decode(value[2:], INT16.unpack_from(value)[0])
 
 
 def open_internal_topic(
@@ -126,6 +143,7 @@ class ConsumerOffsetsTopic:
         self._writes = 0
         # Offsets committed inside open transactions, by producer id, until their marker.
         self._txn_pending: dict[int, TxnOffsets] = {}
+        self._snapshots: dict[str, GroupMetadataValue] = {}  # each group's last stored generation
         self._replay()
 
     @property
@@ -167,6 +185,23 @@ class ConsumerOffsetsTopic:
         slots += [slot for slot in self._uncommitted_slots() if slot[0] == group]
         if slots:
             await self._write([(slot, None) for slot in dict.fromkeys(slots)])
+        if self._snapshots.pop(group, None) is not None:
+            await self._append_and_sync([encode_group_key(group)], [None])
+
+    async def store_group(self, group: str, snapshot: GroupMetadataValue) -> None:
+        await self._append_and_sync([encode_group_key(group)], [encode_group_value(snapshot)])
+        self._snapshots[group] = snapshot
+
+    def stored_groups(self) -> dict[str, GroupMetadataValue]:
+        return dict(self._snapshots)
+
+    async def _append_and_sync(self, keys: list[bytes], values: list[bytes | None]) -> None:
+        plog = self._partition.log
+        try:
+            self._writer.append(plog, build_record_batch(values, keys=keys, timestamp=_now_ms()))
+        except (KafkaError, OSError) as exc:
+            raise OffsetStoreError.wrapping(f"cannot append to {TOPIC}", exc) from exc
+        await self._sync(plog)
 
     async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
         """Tombstones for these (topic, partition) commits of ``group`` (OffsetDelete);
@@ -275,12 +310,13 @@ class ConsumerOffsetsTopic:
             self._record_offsets.clear()
             plog.take_offline(f"replaying {TOPIC} failed: {exc}")
             return
-        if count:
+        if count or self._snapshots:
             log.info(
-                "restored %d offsets of %d groups from %d records",
+                "restored %d offsets of %d groups from %d records, and %d groups' members",
                 self.live_entries,
                 len(self._groups),
                 count,
+                len(self._snapshots),
             )
 
     def _replay_batch(self, partition: str, header: BatchHeader, records: list[Record]) -> int:
@@ -311,7 +347,12 @@ class ConsumerOffsetsTopic:
     ) -> int:
         key_version = INT16.unpack_from(key)[0]
         if key_version == GROUP_METADATA_KEY_VERSION:
-            return 0  # Kafka's group metadata: membership is rebuilt by rejoining
+            group = GroupMetadataKey.decode(key[2:], key_version).group
+            if value is None:
+                self._snapshots.pop(group, None)
+            else:
+                self._snapshots[group] = decode_group_value(value)
+            return 0
         if key_version not in (0, 1):
             raise ValueError(f"unknown key version {key_version}")
         decoded = OffsetCommitKey.decode(key[2:], key_version)

@@ -23,6 +23,10 @@ from kayak.broker.log import FlushMode, GroupCommit, LogConfig, LogWriter, Parti
 from kayak.errors import ErrorCode, KafkaStorageError, RecordTooLargeError
 from kayak.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from kayak.protocol.messages.delete_groups_response import DeleteGroupsResponse
+from kayak.protocol.messages.group_coordinator.group_metadata_value import (
+    GroupMetadataValue,
+    MemberMetadata,
+)
 from kayak.protocol.records.scanner import scan_batches
 from tests.broker.log_cleaner_support import assert_verified, inline_cleaner
 from tests.broker.test_group_harness import FAST_CONFIG, call
@@ -92,6 +96,37 @@ def test_commits_and_deletes_survive_a_restart(tmp_path: Path) -> None:
     assert store.groups() == ["g1"]
     assert store.fetch("g3", "orders", 0) is None
     assert store.live_entries == 2
+    close(catalog, commit)
+
+
+def test_group_members_survive_a_restart_and_a_deletion_forgets_them(tmp_path: Path) -> None:
+    catalog, commit, store = open_store(tmp_path)
+    members = [
+        MemberMetadata("m-1", None, "c1", "/127.0.0.1", 300_000, 45_000, b"sub-1", b"as-1"),
+        MemberMetadata("m-2", "static-2", "c2", "/127.0.0.1", 300_000, 45_000, b"sub-2", b""),
+    ]
+    stable = GroupMetadataValue("consumer", 3, "cooperative-sticky", "m-1", 1000, members)
+    later = GroupMetadataValue("consumer", 4, "cooperative-sticky", "m-2", 2000, members[1:])
+    emptied = GroupMetadataValue("consumer", 7, None, None, 3000, [])
+
+    async def write() -> None:
+        await store.store_group("g1", stable)
+        await store.store_group("g1", later)
+        await store.store_group("g2", emptied)
+        await store.store_group("g3", stable)
+        await store.commit("g3", "orders", 0, 5, -1, "", 1003)
+        await store.delete_group("g3")
+
+    asyncio.run(write())
+    close(catalog, commit)
+
+    catalog, commit, store = open_store(tmp_path)
+    expected = {"g1": later, "g2": emptied}
+    assert store.stored_groups() == expected
+    clean(offsets_log(catalog))  # the cleaner keeps each group's last record and tombstone
+    close(catalog, commit)
+    catalog, commit, store = open_store(tmp_path)
+    assert store.stored_groups() == expected
     close(catalog, commit)
 
 

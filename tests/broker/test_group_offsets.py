@@ -14,6 +14,7 @@ from kayak.broker.group import (
     OffsetStoreError,
 )
 from kayak.errors import ErrorCode
+from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue
 from kayak.protocol.messages.list_groups_request import ListGroupsRequest
 from kayak.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
@@ -351,14 +352,69 @@ def test_requests_after_close_get_coordinator_not_available() -> None:
     run(scenario)
 
 
-def test_member_commit_after_a_restart_is_told_to_rejoin() -> None:
-    """Found by Kafka Streams across a broker restart: offsets survive it (a durable store),
-    members do not. A member's commit then must get UNKNOWN_MEMBER_ID (rejoin), as from
-    Kafka's reloaded Empty group, not GROUP_ID_NOT_FOUND, which the Java consumer treats as
-    fatal."""
+class OffsetsOnlyStore(InMemoryOffsetStore):
+    """A store as a kayak from before groups were stored left it: offsets, no members."""
+
+    async def store_group(self, group: str, snapshot: GroupMetadataValue) -> None:
+        pass
+
+
+def test_members_outlive_a_restart_without_a_rebalance() -> None:
+    """As Kafka reloads a group from __consumer_offsets: after a restart the members keep
+    their ids, generation, leader and assignments, and heartbeat and commit on."""
 
     async def scenario() -> None:
         store = InMemoryOffsetStore()
+        before = GroupCoordinator(FAST_CONFIG, store)
+        alice, bob = consumers(before, "alice", "bob")
+        await form_group(alice, bob)
+        await before.close()  # finishes the writes of settled generations
+
+        after = GroupCoordinator(FAST_CONFIG, store)
+        for member in (alice, bob):
+            member.coordinator = after
+            assert await member.heartbeat() == ErrorCode.NONE
+            synced = await member.sync()  # a Stable group answers with the assignment
+            assert (synced.error_code, synced.assignment) == (0, f"a-{member.client_id}".encode())
+        again = commit_request(GROUP, alice.generation_id, alice.member_id, {("t", 0): 9})
+        assert await commit(after, again, 9) == {("t", 0): ErrorCode.NONE}
+        # A new member starts the next generation from the stored one.
+        carol = Consumer(after, "carol")
+        joins = await asyncio.gather(carol.join(), alice.join(), bob.join())
+        assert {j.generation_id for j in joins} == {alice.generation_id} == {2}
+        await after.close()
+
+    run(scenario)
+
+
+def test_an_emptied_group_stays_empty_after_a_restart() -> None:
+    async def scenario() -> None:
+        store = InMemoryOffsetStore()
+        before = GroupCoordinator(FAST_CONFIG, store)
+        (alice,) = consumers(before, "alice")
+        await form_group(alice)
+        await alice.leave()
+        await before.close()
+
+        after = GroupCoordinator(FAST_CONFIG, store)
+        alice.coordinator = after
+        assert await alice.heartbeat() == ErrorCode.UNKNOWN_MEMBER_ID
+        (listed,) = (await call(after.list_groups, ListGroupsRequest(), 4)).groups
+        assert (listed.group_id, listed.group_state, listed.protocol_type) == (
+            GROUP, "Empty", "consumer")
+        await after.close()
+
+    run(scenario)
+
+
+def test_member_commit_after_a_restart_is_told_to_rejoin() -> None:
+    """Found by Kafka Streams across a broker restart, when kayak stored offsets but not
+    members (a data directory from then still has none): a member's commit then must get
+    UNKNOWN_MEMBER_ID (rejoin), as from Kafka's reloaded Empty group, not GROUP_ID_NOT_FOUND,
+    which the Java consumer treats as fatal."""
+
+    async def scenario() -> None:
+        store = OffsetsOnlyStore()
         before = GroupCoordinator(FAST_CONFIG, store)
         alice = Consumer(before, "alice")
         await form_group(alice)

@@ -4,6 +4,7 @@ kafka-get-offsets, kafka-delete-records, and kafka-dump-log reading kayak's segm
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -205,3 +206,33 @@ def test_dump_log_reads_kayaks_segments(kafka_tools: KafkaTools, broker: BrokerP
     stamps = [int(t) for t in re.findall(r"^timestamp: (\d+) offset: \d+$", dumped, re.M)]
     assert stamps and stamps == sorted(set(stamps))
     assert not index_errors.strip(), index_errors
+
+
+def test_dump_log_decodes_kayaks_group_metadata(
+    kafka_tools: KafkaTools, broker: BrokerProcess
+) -> None:
+    """kayak stores a group's settled generations in Kafka's own record schema
+    (GroupMetadataKey/Value): Kafka's offsets decoder reads the members out of them."""
+    tool(kafka_tools, broker, "kafka-topics", "--create", "--topic", "decoded")
+    tool(kafka_tools, broker, "kafka-console-producer", "--topic", "decoded", input="one\n")
+    read = tool(kafka_tools, broker, "kafka-console-consumer", "--topic", "decoded", "--group",
+                "decoders", "--from-beginning", "--max-messages", "1")  # fmt: skip
+    assert read.splitlines() == ["one"]
+    segments = sorted((broker.data_dir / "__consumer_offsets-0").glob("*.log"))
+    text, errors = _dump(kafka_tools, "--files", ",".join(map(str, segments)), "--offsets-decoder")
+    assert not errors.strip(), errors
+    generations = [
+        json.loads(payload)["data"]
+        for payload in re.findall(
+            r'key: \{"type":"2","data":\{"group":"decoders"\}\} payload: (\{.*\})$', text, re.M
+        )
+    ]
+    # Joined (generation 1, the console consumer its one member, assigned the partition),
+    # then left (generation 2, empty).
+    assert [(g["generation"], g["protocolType"]) for g in generations] == [
+        (1, "consumer"), (2, "consumer")]  # fmt: skip
+    (member,) = generations[0]["members"]
+    assert member["memberId"] == generations[0]["leader"]
+    assert member["clientId"].startswith("console-consumer")
+    assert "decoded" in json.dumps(member["assignment"])
+    assert generations[1]["members"] == []

@@ -14,6 +14,7 @@ from kayak.broker.group.admin import GroupAdmin
 from kayak.broker.group.config import GroupCoordinatorConfig
 from kayak.broker.group.group import Group
 from kayak.broker.group.membership import JoinParams, LeavingMember, Membership, SyncParams
+from kayak.broker.group.metadata_writer import GroupMetadataWriter
 from kayak.broker.group.offset_delete import delete_offsets
 from kayak.broker.group.offset_requests import (
     OffsetRequests,
@@ -23,6 +24,7 @@ from kayak.broker.group.offset_requests import (
 )
 from kayak.broker.group.offsets import OffsetStore
 from kayak.broker.group.results import JoinResult, SyncResult
+from kayak.broker.group.snapshot import restored_group
 from kayak.errors import ErrorCode
 from kayak.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from kayak.protocol.messages.delete_groups_response import (
@@ -74,7 +76,10 @@ class GroupCoordinator:
     ) -> None:
         self.config = config
         self._groups: dict[str, Group] = {}
-        self._membership = Membership(self._groups, config, clock)
+        self._metadata = GroupMetadataWriter(self._groups, offsets)
+        self._membership = Membership(self._groups, config, clock, self._metadata.settled)
+        for group_id, snapshot in offsets.stored_groups().items():
+            self._membership.restore(restored_group(group_id, snapshot))
         self._offsets = OffsetRequests(self._groups, self._membership, offsets, config, wall_clock)
         self._admin = GroupAdmin(self._groups, self._membership, offsets)
         self._store = offsets
@@ -91,6 +96,7 @@ class GroupCoordinator:
         A coroutine so that a coordinator with more to flush can keep this signature.
         """
         self._closed = True
+        await self._metadata.close()
         self._membership.close()
 
     # -- membership ---------------------------------------------------------------------

@@ -75,10 +75,14 @@ class Membership:
         groups: dict[str, Group],
         config: GroupCoordinatorConfig,
         clock: Callable[[], float],
+        on_settled: Callable[[Group], None] = lambda group: None,
     ) -> None:
         self._groups = groups
         self._config = config
         self._clock = clock
+        # Told each time a generation settles (Stable) or the group empties: what Kafka
+        # writes to __consumer_offsets, so that members outlive a restart.
+        self._on_settled = on_settled
 
     # -- JoinGroup ----------------------------------------------------------------------
 
@@ -316,6 +320,7 @@ class Membership:
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
         group.transition_to(_S.STABLE)
+        self._on_settled(group)
         for member in group.members.values():
             if member.answer_sync(_assignment_result(group, member)):
                 self._restart_session(group, member)
@@ -523,6 +528,7 @@ class Membership:
         group.init_next_generation()
         if group.state is _S.EMPTY:
             logger.info("Group %s is empty at generation %d", group.group_id, group.generation_id)
+            self._on_settled(group)
             return
         logger.info(
             "Group %s generation %d: %d members, protocol %s, leader %s",
@@ -537,6 +543,13 @@ class Membership:
             self._restart_session(group, member)
 
     # -- lifecycle ----------------------------------------------------------------------
+
+    def restore(self, group: Group) -> None:
+        """Take back a group loaded from its last stored generation; its members' sessions
+        start now (as Kafka's do when it loads a group)."""
+        self._admit(group)
+        for member in group.members.values():
+            self._restart_session(group, member)
 
     def discard(self, group: Group) -> None:
         """Mark a group Dead and forget it (DeleteGroups); it must have no members."""

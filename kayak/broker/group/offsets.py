@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kayak.errors import ErrorCode, KafkaError, KayakError
+from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,16 @@ class OffsetStore(Protocol):
         """Whether an open transaction holds an offset for this partition."""
         ...
 
+    async def store_group(self, group: str, snapshot: GroupMetadataValue) -> None:
+        """Keep the group's settled generation (Kafka's group metadata record); the latest
+        one stored is what :meth:`stored_groups` gives after a restart. Deleting the group
+        (:meth:`delete_group`) forgets it."""
+        ...
+
+    def stored_groups(self) -> dict[str, GroupMetadataValue]:
+        """The groups' generations as last stored (read once, when the coordinator starts)."""
+        ...
+
 
 class InMemoryOffsetStore:
     """An :class:`OffsetStore` kept in a dict: fast, and gone when the process exits."""
@@ -141,6 +152,7 @@ class InMemoryOffsetStore:
     def __init__(self) -> None:
         self._groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self._pending: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
+        self._snapshots: dict[str, GroupMetadataValue] = {}
 
     async def commit(
         self,
@@ -166,6 +178,7 @@ class InMemoryOffsetStore:
 
     async def delete_group(self, group: str) -> None:
         self._groups.pop(group, None)
+        self._snapshots.pop(group, None)
 
     async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
         offsets = self._groups.get(group, {})
@@ -191,3 +204,9 @@ class InMemoryOffsetStore:
 
     def pending_transactional(self, group: str, topic: str, partition: int) -> bool:
         return any((group, topic, partition) in p for p in self._pending.values())
+
+    async def store_group(self, group: str, snapshot: GroupMetadataValue) -> None:
+        self._snapshots[group] = snapshot
+
+    def stored_groups(self) -> dict[str, GroupMetadataValue]:
+        return dict(self._snapshots)
