@@ -22,7 +22,7 @@ import pytest
 
 from kayak.broker import Broker
 from kayak.broker.consumer_offsets import TOPIC as OFFSETS
-from kayak.broker.consumer_offsets import encode_key, encode_value
+from kayak.broker.consumer_offsets import encode_group_key, encode_key, encode_value
 from kayak.broker.group.offsets import CommittedOffset
 from kayak.broker.registry.store import TOPIC as SCHEMAS
 from kayak.broker.registry.store import schema_key
@@ -83,11 +83,13 @@ def offset_damage() -> tuple[list[bytes], list[str]]:
         build_record_batch([b"x"], keys=[b"\x00\x09" + key[2:]]),  # an unknown key version
         build_record_batch([b"\x00\x03\xff"], keys=[key]),  # a value that does not decode
         build_record_batch([b"x"], keys=[b"\x00\x01\x7f\xff"]),  # a string running past the end
+        # A group's stored generation that does not decode: the group rejoins, nothing else.
+        build_record_batch([b"\x00\x03\xff"], keys=[encode_group_key("broken")]),
         gzip_bomb(bomb_value, bomb_key),
         ForgedBatch((ForgedRecord(0, key=key),), codec=Codec.GZIP, count=10).encode(),
         build_record_batch([later_value], keys=[later_key]),  # valid, after the damage
     ]
-    problems = ["not an offset commit"] * 4 + ["skipping damaged batch"] * 2
+    problems = ["not an offset commit"] * 5 + ["skipping damaged batch"] * 2
     return batches, problems
 
 
