@@ -36,7 +36,7 @@ import time
 
 from kayak.broker.catalog import Partition, TopicCatalog
 from kayak.broker.group.offsets import CommittedOffset, OffsetStoreError
-from kayak.broker.log import LogWriter, PartitionLog
+from kayak.broker.log import AppendResult, LogWriter, PartitionLog
 from kayak.broker.log.producer_state import next_sequence
 from kayak.broker.log.replay import replay_batches
 from kayak.errors import KafkaError, KayakError, TopicExistsError
@@ -189,19 +189,26 @@ class ConsumerOffsetsTopic:
             await self._append_and_sync([encode_group_key(group)], [None])
 
     async def store_group(self, group: str, snapshot: GroupMetadataValue) -> None:
-        await self._append_and_sync([encode_group_key(group)], [encode_group_value(snapshot)])
+        # Known as stored from the append on: a deletion meanwhile must write its tombstone
+        # after this record, or a restart would bring the deleted group back.
         self._snapshots[group] = snapshot
+        await self._append_and_sync([encode_group_key(group)], [encode_group_value(snapshot)])
 
     def stored_groups(self) -> dict[str, GroupMetadataValue]:
         return dict(self._snapshots)
 
     async def _append_and_sync(self, keys: list[bytes], values: list[bytes | None]) -> None:
-        plog = self._partition.log
+        self._append(keys, values)
+        await self._sync(self._partition.log)
+
+    def _append(self, keys: list[bytes], values: list[bytes | None]) -> AppendResult:
+        """Append one batch of ``keys``/``values``; durable once :meth:`_sync` returns."""
         try:
-            self._writer.append(plog, build_record_batch(values, keys=keys, timestamp=_now_ms()))
+            return self._writer.append(
+                self._partition.log, build_record_batch(values, keys=keys, timestamp=_now_ms())
+            )
         except (KafkaError, OSError) as exc:
             raise OffsetStoreError.wrapping(f"cannot append to {TOPIC}", exc) from exc
-        await self._sync(plog)
 
     async def delete_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
         """Tombstones for these (topic, partition) commits of ``group`` (OffsetDelete);
@@ -226,12 +233,7 @@ class ConsumerOffsetsTopic:
         keys = [encode_key(*slot) for slot, _ in entries]
         values = [None if value is None else encode_value(value) for _, value in entries]
         plog = self._partition.log
-        try:
-            appended = self._writer.append(
-                plog, build_record_batch(values, keys=keys, timestamp=_now_ms())
-            )
-        except (KafkaError, OSError) as exc:
-            raise OffsetStoreError.wrapping(f"cannot append to {TOPIC}", exc) from exc
+        appended = self._append(keys, values)
         self._writes += 1
         write = self._writes
         for slot, value in entries:

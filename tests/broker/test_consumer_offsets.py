@@ -130,6 +130,25 @@ def test_group_members_survive_a_restart_and_a_deletion_forgets_them(tmp_path: P
     close(catalog, commit)
 
 
+def test_a_group_deleted_while_its_generation_is_being_stored_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    catalog, commit, store = open_store(tmp_path)
+    emptied = GroupMetadataValue("consumer", 2, None, None, 1000, [])
+
+    async def race() -> None:
+        storing = asyncio.create_task(store.store_group("g", emptied))
+        await asyncio.sleep(0)  # appended, waiting for the disk
+        await store.delete_group("g")
+        await storing
+
+    asyncio.run(race())
+    close(catalog, commit)
+    catalog, commit, store = open_store(tmp_path)
+    assert store.stored_groups() == {}
+    close(catalog, commit)
+
+
 # -- the log cleaner compacts the topic ----------------------------------------------------
 
 
