@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import random
 import struct
@@ -26,7 +25,7 @@ from kayak.protocol.connection import ClientConnection, ServerConnection
 from kayak.protocol.correlation import CorrelationError, CorrelationTracker
 from kayak.protocol.events import RequestReceived, ResponseReceived, UnsupportedRequest
 from kayak.protocol.headers import request_header_version, response_header_version
-from kayak.protocol.message import Message
+from kayak.protocol.message import Message, Struct
 from kayak.protocol.messages import (
     API_MESSAGES,
     ApiKey,
@@ -73,7 +72,7 @@ def _hint_value(hint: Any, depth: int) -> Any:
         return b"\x01\x02\x03"
     if hint is uuid.UUID:
         return uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and issubclass(hint, Struct):
         return rich(hint, depth + 1)
     raise AssertionError(f"no value for {hint!r}")
 
@@ -82,7 +81,7 @@ def rich(cls: Any, depth: int = 0) -> Any:
     """An instance of a generated class with every field set to something non-default."""
     assert depth < 8, f"{cls} nests too deep"
     hints = typing.get_type_hints(cls)
-    values = {f.name: _hint_value(hints[f.name], depth) for f in dataclasses.fields(cls)}
+    values = {name: _hint_value(hints[name], depth) for name in cls.FIELDS}
     return cls(**values)
 
 

@@ -11,7 +11,6 @@ the wire is taken from the kayak object by name, and a name mismatch fails loudl
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import typing
 import uuid
@@ -97,12 +96,9 @@ def _bits(value: int) -> set[int] | None:
 
 
 def _kayak_default(obj: object, name: str) -> object:
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
-        if f.name == name:
-            if f.default_factory is not dataclasses.MISSING:
-                return f.default_factory()
-            return f.default
-    raise AttributeError(name)
+    if name not in type(obj).FIELDS:  # type: ignore[attr-defined]
+        raise AttributeError(name)
+    return getattr(type(obj)(), name)
 
 
 def to_kp(obj: object, struct: Any, version: int, data_class: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kayak.broker.catalog import NO_LEADER, NewTopic, Topic
 from kayak.broker.context import RequestContext
@@ -80,7 +80,7 @@ def _with_operations(ctx: RequestContext, answers: list[_Answer]) -> list[_Answe
     """The answers with each described topic's authorized operations for this principal
     (encoded afresh: the cached encodings hold none)."""
     return [
-        replace(a.topic, topic_authorized_operations=topic_operations(ctx, a.topic.name or ""))
+        a.topic.replace(topic_authorized_operations=topic_operations(ctx, a.topic.name or ""))
         if isinstance(a, _TopicAnswer)
         else a
         for a in answers
@@ -186,7 +186,6 @@ _Answer = MetadataResponseTopic | _TopicAnswer  # an error answer, or a describe
 _ANSWERS: weakref.WeakKeyDictionary[Topic, _TopicAnswer] = weakref.WeakKeyDictionary()
 
 
-@dataclass(slots=True)
 class _SplicedMetadataResponse(MetadataResponse):
     """A MetadataResponse whose topics are written from their cached encodings.
 
@@ -195,7 +194,11 @@ class _SplicedMetadataResponse(MetadataResponse):
     array is spliced in where the generated encoder writes it, after ``controller_id``.
     """
 
-    cached: list[_TopicAnswer | None] = field(default_factory=list)  # parallel to topics
+    __slots__ = ("cached",)
+
+    def __init__(self, **fields: Any) -> None:  # MetadataResponse's fields
+        super().__init__(**fields)
+        self.cached: list[_TopicAnswer | None] = []  # parallel to topics
 
     def answer(self, answers: list[_Answer]) -> None:
         """Set the topics: errors as plain answers, described topics from their cache."""

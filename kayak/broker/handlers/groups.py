@@ -11,7 +11,6 @@ answer a partition of a topic that does not exist UNKNOWN_TOPIC_OR_PARTITION, as
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol, cast
 
 from kayak.broker.context import RequestContext
@@ -94,12 +93,12 @@ async def _commit_guard(
                 refused.setdefault(topic.name, []).append((index, error))
         kept = [p for p, error in zip(topic.partitions, errors, strict=True) if not error]
         if kept:
-            permitted.append(replace(topic, partitions=kept))
+            permitted.append(topic.replace(partitions=kept))
     if not refused:
         return cast(OffsetCommitResponse, await forward(request))
     response = OffsetCommitResponse()
     if permitted:
-        response = cast(OffsetCommitResponse, await forward(replace(request, topics=permitted)))
+        response = cast(OffsetCommitResponse, await forward(request.replace(topics=permitted)))
     answered = {t.name: t for t in response.topics}
     for name, failures in refused.items():
         topic_answer = answered.get(name)
@@ -141,7 +140,7 @@ async def _offset_delete_guard(
         kept = [p for p, error in zip(topic.partitions, errors, strict=True) if not error]
         if kept:
             permitted.append(OffsetDeleteRequestTopic(topic.name, kept))
-    response = cast(OffsetDeleteResponse, await forward(replace(request, topics=permitted)))
+    response = cast(OffsetDeleteResponse, await forward(request.replace(topics=permitted)))
     if response.error_code:
         return response
     answered = {t.name: t for t in response.topics}
@@ -168,7 +167,7 @@ async def _offset_fetch_guard(
     denied = {g.group_id for g in request.groups if not allowed(ctx, _DESCRIBE, GROUP, g.group_id)}
     permitted = [g for g in request.groups if g.group_id not in denied]
     answered = (
-        cast(OffsetFetchResponse, await forward(replace(request, groups=permitted)))
+        cast(OffsetFetchResponse, await forward(request.replace(groups=permitted)))
         if permitted
         else OffsetFetchResponse()
     )
@@ -218,7 +217,7 @@ async def _describe_guard(
     if not denied:
         answered = cast(DescribeGroupsResponse, await forward(request))
     elif permitted:
-        answered = cast(DescribeGroupsResponse, await forward(replace(request, groups=permitted)))
+        answered = cast(DescribeGroupsResponse, await forward(request.replace(groups=permitted)))
     else:
         answered = DescribeGroupsResponse()
     if ctx.version >= 3 and request.include_authorized_operations:
@@ -238,7 +237,7 @@ async def _delete_guard(
         return cast(DeleteGroupsResponse, await forward(request))
     permitted = [g for g in request.groups_names if g not in denied]
     answered = (
-        cast(DeleteGroupsResponse, await forward(replace(request, groups_names=permitted)))
+        cast(DeleteGroupsResponse, await forward(request.replace(groups_names=permitted)))
         if permitted
         else DeleteGroupsResponse()
     )

@@ -14,12 +14,13 @@ event loop's thread. Kafka's ``RequestMetrics`` split, per request type:
 
 from __future__ import annotations
 
+import inspect
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kayak.broker.metrics.histogram import LATENCY_BUCKETS, FastHistogram
-from kayak.protocol.message import Message
+from kayak.protocol.message import Message, Struct
 from kayak.protocol.messages import ApiKey
 
 # API keys are small; anything at or above this (an unknown API) is counted as this key.
@@ -161,15 +162,19 @@ def _shape(cls: type) -> tuple[bool, tuple[str, ...]]:
     """Whether ``cls`` has an ``error_code`` field, and its fields that may hold lists."""
     shape = _FIELDS.get(cls)
     if shape is None:
-        fields: dict[str, Any] = getattr(cls, "__dataclass_fields__", {})
+        fields: tuple[str, ...] = getattr(cls, "FIELDS", ())
+        annotations = _annotations(cls)
         has_code = "error_code" in fields
-        nested = tuple(
-            name
-            for name, spec in fields.items()
-            if "list" in str(spec.type) and name != "error_code"
-        )
+        nested = tuple(name for name in fields if "list" in str(annotations.get(name, "")))
         shape = _FIELDS[cls] = (has_code, nested)
     return shape
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        found.update(inspect.get_annotations(klass))
+    return found
 
 
 def _walk_generic(message: Any) -> Iterator[int]:
@@ -180,7 +185,7 @@ def _walk_generic(message: Any) -> Iterator[int]:
         items = getattr(message, name)
         if isinstance(items, list):
             for item in items:
-                if hasattr(item, "__dataclass_fields__"):
+                if isinstance(item, Struct):
                     yield from _walk_generic(item)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['AddOffsetsToTxnRequest']
 _F_qh = struct.Struct('>qh')
 
 
-@dataclass(slots=True)
 class AddOffsetsToTxnRequest(Message):
     """AddOffsetsToTxnRequest (API key 25), versions 0-4."""
 
@@ -39,10 +37,24 @@ class AddOffsetsToTxnRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    transactional_id: str = ''
-    producer_id: int = 0
-    producer_epoch: int = 0
-    group_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'producer_id', 'producer_epoch', 'group_id')
+    __slots__ = FIELDS
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        group_id: str = '',
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.group_id = group_id
 
 
 def _write_add_offsets_to_txn_request_v0(out: bytearray, o: AddOffsetsToTxnRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,22 +33,45 @@ _F_qh = struct.Struct('>qh')
 _F_qho = struct.Struct('>qh?')
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTopic:
-    name: str = ''
-    partitions: list[int] = field(default_factory=list)
+class AddPartitionsToTxnTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTransaction:
-    transactional_id: str = ''
-    producer_id: int = 0
-    producer_epoch: int = 0
-    verify_only: bool = False
-    topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
+class AddPartitionsToTxnTransaction(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'producer_id', 'producer_epoch', 'verify_only', 'topics')
+    __slots__ = FIELDS
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    verify_only: bool
+    topics: list[AddPartitionsToTxnTopic]
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        verify_only: bool = False,
+        topics: list[AddPartitionsToTxnTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.verify_only = verify_only
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class AddPartitionsToTxnRequest(Message):
     """AddPartitionsToTxnRequest (API key 24), versions 0-5."""
 
@@ -59,11 +81,27 @@ class AddPartitionsToTxnRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    transactions: list[AddPartitionsToTxnTransaction] = field(default_factory=list)
-    v3_and_below_transactional_id: str = ''
-    v3_and_below_producer_id: int = 0
-    v3_and_below_producer_epoch: int = 0
-    v3_and_below_topics: list[AddPartitionsToTxnTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactions', 'v3_and_below_transactional_id', 'v3_and_below_producer_id', 'v3_and_below_producer_epoch', 'v3_and_below_topics')
+    __slots__ = FIELDS
+    transactions: list[AddPartitionsToTxnTransaction]
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: list[AddPartitionsToTxnTopic]
+
+    def __init__(
+        self,
+        transactions: list[AddPartitionsToTxnTransaction] | Default = Default.FRESH,
+        v3_and_below_transactional_id: str = '',
+        v3_and_below_producer_id: int = 0,
+        v3_and_below_producer_epoch: int = 0,
+        v3_and_below_topics: list[AddPartitionsToTxnTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.transactions = [] if transactions is Default.FRESH else transactions
+        self.v3_and_below_transactional_id = v3_and_below_transactional_id
+        self.v3_and_below_producer_id = v3_and_below_producer_id
+        self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
+        self.v3_and_below_topics = [] if v3_and_below_topics is Default.FRESH else v3_and_below_topics
 
 
 def _write_add_partitions_to_txn_topic_v0(out: bytearray, o: AddPartitionsToTxnTopic) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,25 +32,51 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnPartitionResult:
-    partition_index: int = 0
-    partition_error_code: int = 0
+class AddPartitionsToTxnPartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'partition_error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    partition_error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_error_code = partition_error_code
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnTopicResult:
-    name: str = ''
-    results_by_partition: list[AddPartitionsToTxnPartitionResult] = field(default_factory=list)
+class AddPartitionsToTxnTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'results_by_partition')
+    __slots__ = FIELDS
+    name: str
+    results_by_partition: list[AddPartitionsToTxnPartitionResult]
+
+    def __init__(
+        self,
+        name: str = '',
+        results_by_partition: list[AddPartitionsToTxnPartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.results_by_partition = [] if results_by_partition is Default.FRESH else results_by_partition
 
 
-@dataclass(slots=True)
-class AddPartitionsToTxnResult:
-    transactional_id: str = ''
-    topic_results: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
+class AddPartitionsToTxnResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'topic_results')
+    __slots__ = FIELDS
+    transactional_id: str
+    topic_results: list[AddPartitionsToTxnTopicResult]
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        topic_results: list[AddPartitionsToTxnTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.topic_results = [] if topic_results is Default.FRESH else topic_results
 
 
-@dataclass(slots=True)
 class AddPartitionsToTxnResponse(Message):
     """AddPartitionsToTxnResponse (API key 24), versions 0-5."""
 
@@ -61,10 +86,24 @@ class AddPartitionsToTxnResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    results_by_transaction: list[AddPartitionsToTxnResult] = field(default_factory=list)
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'results_by_transaction', 'results_by_topic_v3_and_below')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    results_by_transaction: list[AddPartitionsToTxnResult]
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results_by_transaction: list[AddPartitionsToTxnResult] | Default = Default.FRESH,
+        results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results_by_transaction = [] if results_by_transaction is Default.FRESH else results_by_transaction
+        self.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is Default.FRESH else results_by_topic_v3_and_below
 
 
 def _write_add_partitions_to_txn_partition_result_v0(out: bytearray, o: AddPartitionsToTxnPartitionResult) -> None:

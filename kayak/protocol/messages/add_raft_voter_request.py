@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,14 +33,24 @@ _F_H = struct.Struct('>H')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class Listener:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class Listener(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class AddRaftVoterRequest(Message):
     """AddRaftVoterRequest (API key 80), versions 0-0."""
 
@@ -51,11 +60,27 @@ class AddRaftVoterRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    cluster_id: str | None = ''
-    timeout_ms: int = 0
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    listeners: list[Listener] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    timeout_ms: int
+    voter_id: int
+    voter_directory_id: uuid.UUID
+    listeners: list[Listener]
+
+    def __init__(
+        self,
+        cluster_id: str | None = '',
+        timeout_ms: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        listeners: list[Listener] | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.timeout_ms = timeout_ms
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is Default.FRESH else listeners
 
 
 def _write_listener_v0(out: bytearray, o: Listener) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['AllocateProducerIdsRequest']
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsRequest(Message):
     """AllocateProducerIdsRequest (API key 67), versions 0-0."""
 
@@ -35,8 +33,18 @@ class AllocateProducerIdsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
-    broker_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
 
 
 def _write_allocate_producer_ids_request_v0(out: bytearray, o: AllocateProducerIdsRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['AllocateProducerIdsResponse']
 _F_ihqi = struct.Struct('>ihqi')
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsResponse(Message):
     """AllocateProducerIdsResponse (API key 67), versions 0-0."""
 
@@ -35,10 +33,24 @@ class AllocateProducerIdsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    producer_id_start: int = 0
-    producer_id_len: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'producer_id_start', 'producer_id_len')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    producer_id_start: int
+    producer_id_len: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id_start: int = 0,
+        producer_id_len: int = 0,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id_start = producer_id_start
+        self.producer_id_len = producer_id_len
 
 
 def _write_allocate_producer_ids_response_v0(out: bytearray, o: AllocateProducerIdsResponse) -> None:

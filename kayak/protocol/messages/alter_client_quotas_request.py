@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,26 +36,54 @@ _F_do = struct.Struct('>d?')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class EntityData:
-    entity_type: str = ''
-    entity_name: str | None = ''
+class EntityData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity_type', 'entity_name')
+    __slots__ = FIELDS
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        entity_type: str = '',
+        entity_name: str | None = '',
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
 
 
-@dataclass(slots=True)
-class OpData:
-    key: str = ''
-    value: float = 0.0
-    remove: bool = False
+class OpData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('key', 'value', 'remove')
+    __slots__ = FIELDS
+    key: str
+    value: float
+    remove: bool
+
+    def __init__(
+        self,
+        key: str = '',
+        value: float = 0.0,
+        remove: bool = False,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.remove = remove
 
 
-@dataclass(slots=True)
-class EntryData:
-    entity: list[EntityData] = field(default_factory=list)
-    ops: list[OpData] = field(default_factory=list)
+class EntryData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity', 'ops')
+    __slots__ = FIELDS
+    entity: list[EntityData]
+    ops: list[OpData]
+
+    def __init__(
+        self,
+        entity: list[EntityData] | Default = Default.FRESH,
+        ops: list[OpData] | Default = Default.FRESH,
+    ) -> None:
+        self.entity = [] if entity is Default.FRESH else entity
+        self.ops = [] if ops is Default.FRESH else ops
 
 
-@dataclass(slots=True)
 class AlterClientQuotasRequest(Message):
     """AlterClientQuotasRequest (API key 49), versions 0-1."""
 
@@ -66,8 +93,18 @@ class AlterClientQuotasRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    entries: list[EntryData] = field(default_factory=list)
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('entries', 'validate_only')
+    __slots__ = FIELDS
+    entries: list[EntryData]
+    validate_only: bool
+
+    def __init__(
+        self,
+        entries: list[EntryData] | Default = Default.FRESH,
+        validate_only: bool = False,
+    ) -> None:
+        self.entries = [] if entries is Default.FRESH else entries
+        self.validate_only = validate_only
 
 
 def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:

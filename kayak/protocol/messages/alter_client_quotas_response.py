@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,20 +36,39 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class EntityData:
-    entity_type: str = ''
-    entity_name: str | None = ''
+class EntityData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity_type', 'entity_name')
+    __slots__ = FIELDS
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        entity_type: str = '',
+        entity_name: str | None = '',
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
 
 
-@dataclass(slots=True)
-class EntryData:
-    error_code: int = 0
-    error_message: str | None = ''
-    entity: list[EntityData] = field(default_factory=list)
+class EntryData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'entity')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    entity: list[EntityData]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        entity: list[EntityData] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entity = [] if entity is Default.FRESH else entity
 
 
-@dataclass(slots=True)
 class AlterClientQuotasResponse(Message):
     """AlterClientQuotasResponse (API key 49), versions 0-1."""
 
@@ -60,8 +78,18 @@ class AlterClientQuotasResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    throttle_time_ms: int = 0
-    entries: list[EntryData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'entries')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    entries: list[EntryData]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        entries: list[EntryData] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = [] if entries is Default.FRESH else entries
 
 
 def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:

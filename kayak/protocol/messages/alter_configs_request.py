@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,20 +36,39 @@ _F_b = struct.Struct('>b')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class AlterableConfig:
-    name: str = ''
-    value: str | None = ''
+class AlterableConfig(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'value')
+    __slots__ = FIELDS
+    name: str
+    value: str | None
+
+    def __init__(
+        self,
+        name: str = '',
+        value: str | None = '',
+    ) -> None:
+        self.name = name
+        self.value = value
 
 
-@dataclass(slots=True)
-class AlterConfigsResource:
-    resource_type: int = 0
-    resource_name: str = ''
-    configs: list[AlterableConfig] = field(default_factory=list)
+class AlterConfigsResource(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type', 'resource_name', 'configs')
+    __slots__ = FIELDS
+    resource_type: int
+    resource_name: str
+    configs: list[AlterableConfig]
+
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = '',
+        configs: list[AlterableConfig] | Default = Default.FRESH,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is Default.FRESH else configs
 
 
-@dataclass(slots=True)
 class AlterConfigsRequest(Message):
     """AlterConfigsRequest (API key 33), versions 0-2."""
 
@@ -60,8 +78,18 @@ class AlterConfigsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    resources: list[AlterConfigsResource] = field(default_factory=list)
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('resources', 'validate_only')
+    __slots__ = FIELDS
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+
+    def __init__(
+        self,
+        resources: list[AlterConfigsResource] | Default = Default.FRESH,
+        validate_only: bool = False,
+    ) -> None:
+        self.resources = [] if resources is Default.FRESH else resources
+        self.validate_only = validate_only
 
 
 def _write_alterable_config_v0(out: bytearray, o: AlterableConfig) -> None:

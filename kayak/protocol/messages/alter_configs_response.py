@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -38,15 +37,27 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class AlterConfigsResourceResponse:
-    error_code: int = 0
-    error_message: str | None = ''
-    resource_type: int = 0
-    resource_name: str = ''
+class AlterConfigsResourceResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'resource_type', 'resource_name')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        resource_type: int = 0,
+        resource_name: str = '',
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
 
 
-@dataclass(slots=True)
 class AlterConfigsResponse(Message):
     """AlterConfigsResponse (API key 33), versions 0-2."""
 
@@ -56,8 +67,18 @@ class AlterConfigsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    responses: list[AlterConfigsResourceResponse] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'responses')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    responses: list[AlterConfigsResourceResponse]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[AlterConfigsResourceResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is Default.FRESH else responses
 
 
 def _write_alter_configs_resource_response_v0(out: bytearray, o: AlterConfigsResourceResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,19 +29,36 @@ __all__ = ['AlterPartitionReassignmentsRequest', 'ReassignablePartition', 'Reass
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class ReassignablePartition:
-    partition_index: int = 0
-    replicas: list[int] | None = None
+class ReassignablePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'replicas')
+    __slots__ = FIELDS
+    partition_index: int
+    replicas: list[int] | None
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        replicas: list[int] | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = replicas
 
 
-@dataclass(slots=True)
-class ReassignableTopic:
-    name: str = ''
-    partitions: list[ReassignablePartition] = field(default_factory=list)
+class ReassignableTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[ReassignablePartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[ReassignablePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class AlterPartitionReassignmentsRequest(Message):
     """AlterPartitionReassignmentsRequest (API key 45), versions 0-0."""
 
@@ -52,8 +68,18 @@ class AlterPartitionReassignmentsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    timeout_ms: int = 60000
-    topics: list[ReassignableTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('timeout_ms', 'topics')
+    __slots__ = FIELDS
+    timeout_ms: int
+    topics: list[ReassignableTopic]
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[ReassignableTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_reassignable_partition_v0(out: bytearray, o: ReassignablePartition) -> None:

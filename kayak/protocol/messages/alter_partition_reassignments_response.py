@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,20 +30,39 @@ __all__ = ['AlterPartitionReassignmentsResponse', 'ReassignablePartitionResponse
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class ReassignablePartitionResponse:
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
+class ReassignablePartitionResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
-class ReassignableTopicResponse:
-    name: str = ''
-    partitions: list[ReassignablePartitionResponse] = field(default_factory=list)
+class ReassignableTopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[ReassignablePartitionResponse]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[ReassignablePartitionResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class AlterPartitionReassignmentsResponse(Message):
     """AlterPartitionReassignmentsResponse (API key 45), versions 0-0."""
 
@@ -54,10 +72,24 @@ class AlterPartitionReassignmentsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    responses: list[ReassignableTopicResponse] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'responses')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[ReassignableTopicResponse]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        responses: list[ReassignableTopicResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is Default.FRESH else responses
 
 
 def _write_reassignable_partition_response_v0(out: bytearray, o: ReassignablePartitionResponse) -> None:

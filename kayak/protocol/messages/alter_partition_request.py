@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,30 +34,66 @@ _F_ii = struct.Struct('>ii')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
-class BrokerState:
-    broker_id: int = 0
-    broker_epoch: int = -1
+class BrokerState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    leader_epoch: int = 0
-    new_isr: list[int] = field(default_factory=list)
-    new_isr_with_epochs: list[BrokerState] = field(default_factory=list)
-    leader_recovery_state: int = 0
-    partition_epoch: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'leader_epoch', 'new_isr', 'new_isr_with_epochs', 'leader_recovery_state', 'partition_epoch')
+    __slots__ = FIELDS
+    partition_index: int
+    leader_epoch: int
+    new_isr: list[int]
+    new_isr_with_epochs: list[BrokerState]
+    leader_recovery_state: int
+    partition_epoch: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_epoch: int = 0,
+        new_isr: list[int] | Default = Default.FRESH,
+        new_isr_with_epochs: list[BrokerState] | Default = Default.FRESH,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.new_isr = [] if new_isr is Default.FRESH else new_isr
+        self.new_isr_with_epochs = [] if new_isr_with_epochs is Default.FRESH else new_isr_with_epochs
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class AlterPartitionRequest(Message):
     """AlterPartitionRequest (API key 56), versions 0-3."""
 
@@ -68,9 +103,21 @@ class AlterPartitionRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
-    broker_epoch: int = -1
-    topics: list[TopicData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch', 'topics')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,25 +34,54 @@ _F_ih = struct.Struct('>ih')
 _F_ihii = struct.Struct('>ihii')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    leader_id: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
-    leader_recovery_state: int = 0
-    partition_epoch: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'leader_id', 'leader_epoch', 'isr', 'leader_recovery_state', 'partition_epoch')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    isr: list[int]
+    leader_recovery_state: int
+    partition_epoch: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = Default.FRESH,
+        leader_recovery_state: int = 0,
+        partition_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is Default.FRESH else isr
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class AlterPartitionResponse(Message):
     """AlterPartitionResponse (API key 56), versions 0-3."""
 
@@ -63,9 +91,21 @@ class AlterPartitionResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    topics: list[TopicData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,19 +29,36 @@ from kayak.protocol.primitives import (
 __all__ = ['AlterReplicaLogDir', 'AlterReplicaLogDirTopic', 'AlterReplicaLogDirsRequest']
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDirTopic:
-    name: str = ''
-    partitions: list[int] = field(default_factory=list)
+class AlterReplicaLogDirTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDir:
-    path: str = ''
-    topics: list[AlterReplicaLogDirTopic] = field(default_factory=list)
+class AlterReplicaLogDir(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('path', 'topics')
+    __slots__ = FIELDS
+    path: str
+    topics: list[AlterReplicaLogDirTopic]
+
+    def __init__(
+        self,
+        path: str = '',
+        topics: list[AlterReplicaLogDirTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.path = path
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class AlterReplicaLogDirsRequest(Message):
     """AlterReplicaLogDirsRequest (API key 34), versions 0-2."""
 
@@ -52,7 +68,15 @@ class AlterReplicaLogDirsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    dirs: list[AlterReplicaLogDir] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('dirs',)
+    __slots__ = FIELDS
+    dirs: list[AlterReplicaLogDir]
+
+    def __init__(
+        self,
+        dirs: list[AlterReplicaLogDir] | Default = Default.FRESH,
+    ) -> None:
+        self.dirs = [] if dirs is Default.FRESH else dirs
 
 
 def _write_alter_replica_log_dir_topic_v0(out: bytearray, o: AlterReplicaLogDirTopic) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,19 +32,36 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDirPartitionResult:
-    partition_index: int = 0
-    error_code: int = 0
+class AlterReplicaLogDirPartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class AlterReplicaLogDirTopicResult:
-    topic_name: str = ''
-    partitions: list[AlterReplicaLogDirPartitionResult] = field(default_factory=list)
+class AlterReplicaLogDirTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[AlterReplicaLogDirPartitionResult]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[AlterReplicaLogDirPartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class AlterReplicaLogDirsResponse(Message):
     """AlterReplicaLogDirsResponse (API key 34), versions 0-2."""
 
@@ -55,8 +71,18 @@ class AlterReplicaLogDirsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    results: list[AlterReplicaLogDirTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    results: list[AlterReplicaLogDirTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AlterReplicaLogDirTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_alter_replica_log_dir_partition_result_v0(out: bytearray, o: AlterReplicaLogDirPartitionResult) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,22 +31,45 @@ _F_b = struct.Struct('>b')
 _F_bi = struct.Struct('>bi')
 
 
-@dataclass(slots=True)
-class ScramCredentialDeletion:
-    name: str = ''
-    mechanism: int = 0
+class ScramCredentialDeletion(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'mechanism')
+    __slots__ = FIELDS
+    name: str
+    mechanism: int
+
+    def __init__(
+        self,
+        name: str = '',
+        mechanism: int = 0,
+    ) -> None:
+        self.name = name
+        self.mechanism = mechanism
 
 
-@dataclass(slots=True)
-class ScramCredentialUpsertion:
-    name: str = ''
-    mechanism: int = 0
-    iterations: int = 0
-    salt: bytes = b''
-    salted_password: bytes = b''
+class ScramCredentialUpsertion(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'mechanism', 'iterations', 'salt', 'salted_password')
+    __slots__ = FIELDS
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+    def __init__(
+        self,
+        name: str = '',
+        mechanism: int = 0,
+        iterations: int = 0,
+        salt: bytes = b'',
+        salted_password: bytes = b'',
+    ) -> None:
+        self.name = name
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.salt = salt
+        self.salted_password = salted_password
 
 
-@dataclass(slots=True)
 class AlterUserScramCredentialsRequest(Message):
     """AlterUserScramCredentialsRequest (API key 51), versions 0-0."""
 
@@ -57,8 +79,18 @@ class AlterUserScramCredentialsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    deletions: list[ScramCredentialDeletion] = field(default_factory=list)
-    upsertions: list[ScramCredentialUpsertion] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('deletions', 'upsertions')
+    __slots__ = FIELDS
+    deletions: list[ScramCredentialDeletion]
+    upsertions: list[ScramCredentialUpsertion]
+
+    def __init__(
+        self,
+        deletions: list[ScramCredentialDeletion] | Default = Default.FRESH,
+        upsertions: list[ScramCredentialUpsertion] | Default = Default.FRESH,
+    ) -> None:
+        self.deletions = [] if deletions is Default.FRESH else deletions
+        self.upsertions = [] if upsertions is Default.FRESH else upsertions
 
 
 def _write_scram_credential_deletion_v0(out: bytearray, o: ScramCredentialDeletion) -> None:

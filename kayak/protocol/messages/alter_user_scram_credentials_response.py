@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,14 +31,24 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class AlterUserScramCredentialsResult:
-    user: str = ''
-    error_code: int = 0
-    error_message: str | None = ''
+class AlterUserScramCredentialsResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('user', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    user: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        user: str = '',
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
 class AlterUserScramCredentialsResponse(Message):
     """AlterUserScramCredentialsResponse (API key 51), versions 0-0."""
 
@@ -49,8 +58,18 @@ class AlterUserScramCredentialsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    results: list[AlterUserScramCredentialsResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AlterUserScramCredentialsResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_alter_user_scram_credentials_result_v0(out: bytearray, o: AlterUserScramCredentialsResult) -> None:

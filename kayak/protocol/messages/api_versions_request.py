@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -24,7 +23,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ApiVersionsRequest']
 
 
-@dataclass(slots=True)
 class ApiVersionsRequest(Message):
     """ApiVersionsRequest (API key 18), versions 0-4."""
 
@@ -34,8 +32,18 @@ class ApiVersionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    client_software_name: str = ''
-    client_software_version: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('client_software_name', 'client_software_version')
+    __slots__ = FIELDS
+    client_software_name: str
+    client_software_version: str
+
+    def __init__(
+        self,
+        client_software_name: str = '',
+        client_software_version: str = '',
+    ) -> None:
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
 
 
 def _write_api_versions_request_v0(out: bytearray, o: ApiVersionsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,28 +38,60 @@ _F_hhh = struct.Struct('>hhh')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class ApiVersion:
-    api_key: int = 0
-    min_version: int = 0
-    max_version: int = 0
+class ApiVersion(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('api_key', 'min_version', 'max_version')
+    __slots__ = FIELDS
+    api_key: int
+    min_version: int
+    max_version: int
+
+    def __init__(
+        self,
+        api_key: int = 0,
+        min_version: int = 0,
+        max_version: int = 0,
+    ) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
 
 
-@dataclass(slots=True)
-class SupportedFeatureKey:
-    name: str = ''
-    min_version: int = 0
-    max_version: int = 0
+class SupportedFeatureKey(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'min_version', 'max_version')
+    __slots__ = FIELDS
+    name: str
+    min_version: int
+    max_version: int
+
+    def __init__(
+        self,
+        name: str = '',
+        min_version: int = 0,
+        max_version: int = 0,
+    ) -> None:
+        self.name = name
+        self.min_version = min_version
+        self.max_version = max_version
 
 
-@dataclass(slots=True)
-class FinalizedFeatureKey:
-    name: str = ''
-    max_version_level: int = 0
-    min_version_level: int = 0
+class FinalizedFeatureKey(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'max_version_level', 'min_version_level')
+    __slots__ = FIELDS
+    name: str
+    max_version_level: int
+    min_version_level: int
+
+    def __init__(
+        self,
+        name: str = '',
+        max_version_level: int = 0,
+        min_version_level: int = 0,
+    ) -> None:
+        self.name = name
+        self.max_version_level = max_version_level
+        self.min_version_level = min_version_level
 
 
-@dataclass(slots=True)
 class ApiVersionsResponse(Message):
     """ApiVersionsResponse (API key 18), versions 0-4."""
 
@@ -70,13 +101,33 @@ class ApiVersionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    error_code: int = 0
-    api_keys: list[ApiVersion] = field(default_factory=list)
-    throttle_time_ms: int = 0
-    supported_features: list[SupportedFeatureKey] = field(default_factory=list)
-    finalized_features_epoch: int = -1
-    finalized_features: list[FinalizedFeatureKey] = field(default_factory=list)
-    zk_migration_ready: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready')
+    __slots__ = FIELDS
+    error_code: int
+    api_keys: list[ApiVersion]
+    throttle_time_ms: int
+    supported_features: list[SupportedFeatureKey]
+    finalized_features_epoch: int
+    finalized_features: list[FinalizedFeatureKey]
+    zk_migration_ready: bool
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        api_keys: list[ApiVersion] | Default = Default.FRESH,
+        throttle_time_ms: int = 0,
+        supported_features: list[SupportedFeatureKey] | Default = Default.FRESH,
+        finalized_features_epoch: int = -1,
+        finalized_features: list[FinalizedFeatureKey] | Default = Default.FRESH,
+        zk_migration_ready: bool = False,
+    ) -> None:
+        self.error_code = error_code
+        self.api_keys = [] if api_keys is Default.FRESH else api_keys
+        self.throttle_time_ms = throttle_time_ms
+        self.supported_features = [] if supported_features is Default.FRESH else supported_features
+        self.finalized_features_epoch = finalized_features_epoch
+        self.finalized_features = [] if finalized_features is Default.FRESH else finalized_features
+        self.zk_migration_ready = zk_migration_ready
 
 
 def _write_api_version_v0(out: bytearray, o: ApiVersion) -> None:

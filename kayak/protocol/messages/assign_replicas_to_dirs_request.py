@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,24 +29,48 @@ _F_i = struct.Struct('>i')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index',)
+    __slots__ = FIELDS
+    partition_index: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class DirectoryData:
-    id: uuid.UUID = ZERO_UUID
-    topics: list[TopicData] = field(default_factory=list)
+class DirectoryData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('id', 'topics')
+    __slots__ = FIELDS
+    id: uuid.UUID
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        id: uuid.UUID = ZERO_UUID,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class AssignReplicasToDirsRequest(Message):
     """AssignReplicasToDirsRequest (API key 73), versions 0-0."""
 
@@ -57,9 +80,21 @@ class AssignReplicasToDirsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
-    broker_epoch: int = -1
-    directories: list[DirectoryData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch', 'directories')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+    directories: list[DirectoryData]
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        directories: list[DirectoryData] | Default = Default.FRESH,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.directories = [] if directories is Default.FRESH else directories
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,25 +28,51 @@ __all__ = ['AssignReplicasToDirsResponse', 'DirectoryData', 'PartitionData', 'To
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class DirectoryData:
-    id: uuid.UUID = ZERO_UUID
-    topics: list[TopicData] = field(default_factory=list)
+class DirectoryData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('id', 'topics')
+    __slots__ = FIELDS
+    id: uuid.UUID
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        id: uuid.UUID = ZERO_UUID,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.id = id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class AssignReplicasToDirsResponse(Message):
     """AssignReplicasToDirsResponse (API key 73), versions 0-0."""
 
@@ -57,9 +82,21 @@ class AssignReplicasToDirsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    directories: list[DirectoryData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'directories')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    directories: list[DirectoryData]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        directories: list[DirectoryData] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.directories = [] if directories is Default.FRESH else directories
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

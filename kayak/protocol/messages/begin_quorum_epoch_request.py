@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,28 +40,60 @@ _F_ii = struct.Struct('>ii')
 _F_iii = struct.Struct('>iii')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    leader_id: int = 0
-    leader_epoch: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'voter_directory_id', 'leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    partition_index: int
+    voter_directory_id: uuid.UUID
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.voter_directory_id = voter_directory_id
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class LeaderEndpoint:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class LeaderEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class BeginQuorumEpochRequest(Message):
     """BeginQuorumEpochRequest (API key 53), versions 0-1."""
 
@@ -72,10 +103,24 @@ class BeginQuorumEpochRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    cluster_id: str | None = None
-    voter_id: int = -1
-    topics: list[TopicData] = field(default_factory=list)
-    leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'voter_id', 'topics', 'leader_endpoints')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    voter_id: int
+    topics: list[TopicData]
+    leader_endpoints: list[LeaderEndpoint]
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[TopicData] | Default = Default.FRESH,
+        leader_endpoints: list[LeaderEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is Default.FRESH else topics
+        self.leader_endpoints = [] if leader_endpoints is Default.FRESH else leader_endpoints
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

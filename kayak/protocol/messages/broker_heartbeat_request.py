@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,7 +32,6 @@ __all__ = ['BrokerHeartbeatRequest']
 _F_iqqoo = struct.Struct('>iqq??')
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatRequest(Message):
     """BrokerHeartbeatRequest (API key 63), versions 0-1."""
 
@@ -43,12 +41,30 @@ class BrokerHeartbeatRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
-    broker_epoch: int = -1
-    current_metadata_offset: int = 0
-    want_fence: bool = False
-    want_shut_down: bool = False
-    offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+    offline_log_dirs: list[uuid.UUID]
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        current_metadata_offset: int = 0,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+        offline_log_dirs: list[uuid.UUID] | Default = Default.FRESH,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.current_metadata_offset = current_metadata_offset
+        self.want_fence = want_fence
+        self.want_shut_down = want_shut_down
+        self.offline_log_dirs = [] if offline_log_dirs is Default.FRESH else offline_log_dirs
 
 
 def _write_broker_heartbeat_request_v0(out: bytearray, o: BrokerHeartbeatRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['BrokerHeartbeatResponse']
 _F_ihooo = struct.Struct('>ih???')
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatResponse(Message):
     """BrokerHeartbeatResponse (API key 63), versions 0-1."""
 
@@ -35,11 +33,27 @@ class BrokerHeartbeatResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    is_caught_up: bool = False
-    is_fenced: bool = True
-    should_shut_down: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'is_caught_up', 'is_fenced', 'should_shut_down')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        is_caught_up: bool = False,
+        is_fenced: bool = True,
+        should_shut_down: bool = False,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.is_caught_up = is_caught_up
+        self.is_fenced = is_fenced
+        self.should_shut_down = should_shut_down
 
 
 def _write_broker_heartbeat_response_v0(out: bytearray, o: BrokerHeartbeatResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -38,22 +37,45 @@ _F_o = struct.Struct('>?')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class Listener:
-    name: str = ''
-    host: str = ''
-    port: int = 0
-    security_protocol: int = 0
+class Listener(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port', 'security_protocol')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+        security_protocol: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
 
 
-@dataclass(slots=True)
-class Feature:
-    name: str = ''
-    min_supported_version: int = 0
-    max_supported_version: int = 0
+class Feature(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'min_supported_version', 'max_supported_version')
+    __slots__ = FIELDS
+    name: str
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        name: str = '',
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
 
 
-@dataclass(slots=True)
 class BrokerRegistrationRequest(Message):
     """BrokerRegistrationRequest (API key 62), versions 0-4."""
 
@@ -63,15 +85,39 @@ class BrokerRegistrationRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
-    cluster_id: str = ''
-    incarnation_id: uuid.UUID = ZERO_UUID
-    listeners: list[Listener] = field(default_factory=list)
-    features: list[Feature] = field(default_factory=list)
-    rack: str | None = ''
-    is_migrating_zk_broker: bool = False
-    log_dirs: list[uuid.UUID] = field(default_factory=list)
-    previous_broker_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'cluster_id', 'incarnation_id', 'listeners', 'features', 'rack', 'is_migrating_zk_broker', 'log_dirs', 'previous_broker_epoch')
+    __slots__ = FIELDS
+    broker_id: int
+    cluster_id: str
+    incarnation_id: uuid.UUID
+    listeners: list[Listener]
+    features: list[Feature]
+    rack: str | None
+    is_migrating_zk_broker: bool
+    log_dirs: list[uuid.UUID]
+    previous_broker_epoch: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        cluster_id: str = '',
+        incarnation_id: uuid.UUID = ZERO_UUID,
+        listeners: list[Listener] | Default = Default.FRESH,
+        features: list[Feature] | Default = Default.FRESH,
+        rack: str | None = '',
+        is_migrating_zk_broker: bool = False,
+        log_dirs: list[uuid.UUID] | Default = Default.FRESH,
+        previous_broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = [] if listeners is Default.FRESH else listeners
+        self.features = [] if features is Default.FRESH else features
+        self.rack = rack
+        self.is_migrating_zk_broker = is_migrating_zk_broker
+        self.log_dirs = [] if log_dirs is Default.FRESH else log_dirs
+        self.previous_broker_epoch = previous_broker_epoch
 
 
 def _write_listener_v0(out: bytearray, o: Listener) -> None:

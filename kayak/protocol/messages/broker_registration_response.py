@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['BrokerRegistrationResponse']
 _F_ihq = struct.Struct('>ihq')
 
 
-@dataclass(slots=True)
 class BrokerRegistrationResponse(Message):
     """BrokerRegistrationResponse (API key 62), versions 0-4."""
 
@@ -35,9 +33,21 @@ class BrokerRegistrationResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    broker_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'broker_epoch')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    broker_epoch: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        broker_epoch: int = -1,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.broker_epoch = broker_epoch
 
 
 def _write_broker_registration_response_v0(out: bytearray, o: BrokerRegistrationResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,7 +29,6 @@ __all__ = ['ConsumerGroupDescribeRequest']
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
 class ConsumerGroupDescribeRequest(Message):
     """ConsumerGroupDescribeRequest (API key 69), versions 0-0."""
 
@@ -40,8 +38,18 @@ class ConsumerGroupDescribeRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_ids: list[str] = field(default_factory=list)
-    include_authorized_operations: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_ids', 'include_authorized_operations')
+    __slots__ = FIELDS
+    group_ids: list[str]
+    include_authorized_operations: bool
+
+    def __init__(
+        self,
+        group_ids: list[str] | Default = Default.FRESH,
+        include_authorized_operations: bool = False,
+    ) -> None:
+        self.group_ids = [] if group_ids is Default.FRESH else group_ids
+        self.include_authorized_operations = include_authorized_operations
 
 
 def _write_consumer_group_describe_request_v0(out: bytearray, o: ConsumerGroupDescribeRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,46 +36,111 @@ _F_i = struct.Struct('>i')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class TopicPartitions:
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class Assignment:
-    topic_partitions: list[TopicPartitions] = field(default_factory=list)
+class Assignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_partitions',)
+    __slots__ = FIELDS
+    topic_partitions: list[TopicPartitions]
+
+    def __init__(
+        self,
+        topic_partitions: list[TopicPartitions] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is Default.FRESH else topic_partitions
 
 
-@dataclass(slots=True)
-class Member:
-    member_id: str = ''
-    instance_id: str | None = None
-    rack_id: str | None = None
-    member_epoch: int = 0
-    client_id: str = ''
-    client_host: str = ''
-    subscribed_topic_names: list[str] = field(default_factory=list)
-    subscribed_topic_regex: str | None = None
-    assignment: Assignment = field(default_factory=Assignment)
-    target_assignment: Assignment = field(default_factory=Assignment)
+class Member(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment')
+    __slots__ = FIELDS
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: Assignment
+    target_assignment: Assignment
+
+    def __init__(
+        self,
+        member_id: str = '',
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        member_epoch: int = 0,
+        client_id: str = '',
+        client_host: str = '',
+        subscribed_topic_names: list[str] | Default = Default.FRESH,
+        subscribed_topic_regex: str | None = None,
+        assignment: Assignment | Default = Default.FRESH,
+        target_assignment: Assignment | Default = Default.FRESH,
+    ) -> None:
+        self.member_id = member_id
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.member_epoch = member_epoch
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is Default.FRESH else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.assignment = Assignment() if assignment is Default.FRESH else assignment
+        self.target_assignment = Assignment() if target_assignment is Default.FRESH else target_assignment
 
 
-@dataclass(slots=True)
-class DescribedGroup:
-    error_code: int = 0
-    error_message: str | None = None
-    group_id: str = ''
-    group_state: str = ''
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ''
-    members: list[Member] = field(default_factory=list)
-    authorized_operations: int = -2147483648
+class DescribedGroup(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    group_id: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: list[Member]
+    authorized_operations: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = None,
+        group_id: str = '',
+        group_state: str = '',
+        group_epoch: int = 0,
+        assignment_epoch: int = 0,
+        assignor_name: str = '',
+        members: list[Member] | Default = Default.FRESH,
+        authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = [] if members is Default.FRESH else members
+        self.authorized_operations = authorized_operations
 
 
-@dataclass(slots=True)
 class ConsumerGroupDescribeResponse(Message):
     """ConsumerGroupDescribeResponse (API key 69), versions 0-0."""
 
@@ -86,8 +150,18 @@ class ConsumerGroupDescribeResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    groups: list[DescribedGroup] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'groups')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    groups: list[DescribedGroup]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is Default.FRESH else groups
 
 
 def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:

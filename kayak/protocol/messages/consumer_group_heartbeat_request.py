@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,13 +34,21 @@ __all__ = ['ConsumerGroupHeartbeatRequest', 'TopicPartitions']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class TopicPartitions:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ConsumerGroupHeartbeatRequest(Message):
     """ConsumerGroupHeartbeatRequest (API key 68), versions 0-1."""
 
@@ -51,16 +58,42 @@ class ConsumerGroupHeartbeatRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    member_id: str = ''
-    member_epoch: int = 0
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: list[str] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    topic_partitions: list[TopicPartitions] | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_topic_names: list[str] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    topic_partitions: list[TopicPartitions] | None
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+        member_epoch: int = 0,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: list[str] | None = None,
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
+        topic_partitions: list[TopicPartitions] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.subscribed_topic_names = subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.server_assignor = server_assignor
+        self.topic_partitions = topic_partitions
 
 
 def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:

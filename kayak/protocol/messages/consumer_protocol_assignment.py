@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -28,13 +27,21 @@ from kayak.protocol.primitives import (
 __all__ = ['ConsumerProtocolAssignment', 'TopicPartition']
 
 
-@dataclass(slots=True)
-class TopicPartition:
-    topic: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ConsumerProtocolAssignment(Message):
     """ConsumerProtocolAssignment, versions 0-3."""
 
@@ -44,8 +51,18 @@ class ConsumerProtocolAssignment(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    assigned_partitions: list[TopicPartition] = field(default_factory=list)
-    user_data: bytes | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('assigned_partitions', 'user_data')
+    __slots__ = FIELDS
+    assigned_partitions: list[TopicPartition]
+    user_data: bytes | None
+
+    def __init__(
+        self,
+        assigned_partitions: list[TopicPartition] | Default = Default.FRESH,
+        user_data: bytes | None = None,
+    ) -> None:
+        self.assigned_partitions = [] if assigned_partitions is Default.FRESH else assigned_partitions
+        self.user_data = user_data
 
 
 def _write_topic_partition_v0(out: bytearray, o: TopicPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,13 +33,21 @@ __all__ = ['ConsumerProtocolSubscription', 'TopicPartition']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class TopicPartition:
-    topic: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ConsumerProtocolSubscription(Message):
     """ConsumerProtocolSubscription, versions 0-3."""
 
@@ -50,11 +57,27 @@ class ConsumerProtocolSubscription(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    topics: list[str] = field(default_factory=list)
-    user_data: bytes | None = None
-    owned_partitions: list[TopicPartition] = field(default_factory=list)
-    generation_id: int = -1
-    rack_id: str | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id')
+    __slots__ = FIELDS
+    topics: list[str]
+    user_data: bytes | None
+    owned_partitions: list[TopicPartition]
+    generation_id: int
+    rack_id: str | None
+
+    def __init__(
+        self,
+        topics: list[str] | Default = Default.FRESH,
+        user_data: bytes | None = None,
+        owned_partitions: list[TopicPartition] | Default = Default.FRESH,
+        generation_id: int = -1,
+        rack_id: str | None = None,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.user_data = user_data
+        self.owned_partitions = [] if owned_partitions is Default.FRESH else owned_partitions
+        self.generation_id = generation_id
+        self.rack_id = rack_id
 
 
 def _write_consumer_protocol_subscription_v0(out: bytearray, o: ConsumerProtocolSubscription) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ _F_i = struct.Struct('>i')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
 class ControlledShutdownRequest(Message):
     """ControlledShutdownRequest (API key 7), versions 0-3."""
 
@@ -36,8 +34,18 @@ class ControlledShutdownRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    broker_id: int = 0
-    broker_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'broker_epoch')
+    __slots__ = FIELDS
+    broker_id: int
+    broker_epoch: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
 
 
 def _write_controlled_shutdown_request_v0(out: bytearray, o: ControlledShutdownRequest) -> None:

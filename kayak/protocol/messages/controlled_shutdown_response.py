@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,13 +32,21 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class RemainingPartition:
-    topic_name: str = ''
-    partition_index: int = 0
+class RemainingPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
 class ControlledShutdownResponse(Message):
     """ControlledShutdownResponse (API key 7), versions 0-3."""
 
@@ -49,8 +56,18 @@ class ControlledShutdownResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    error_code: int = 0
-    remaining_partitions: list[RemainingPartition] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'remaining_partitions')
+    __slots__ = FIELDS
+    error_code: int
+    remaining_partitions: list[RemainingPartition]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        remaining_partitions: list[RemainingPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.remaining_partitions = [] if remaining_partitions is Default.FRESH else remaining_partitions
 
 
 def _write_remaining_partition_v0(out: bytearray, o: RemainingPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,22 +33,45 @@ _F_i = struct.Struct('>i')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class Listener:
-    name: str = ''
-    host: str = ''
-    port: int = 0
-    security_protocol: int = 0
+class Listener(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port', 'security_protocol')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+        security_protocol: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.security_protocol = security_protocol
 
 
-@dataclass(slots=True)
-class Feature:
-    name: str = ''
-    min_supported_version: int = 0
-    max_supported_version: int = 0
+class Feature(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'min_supported_version', 'max_supported_version')
+    __slots__ = FIELDS
+    name: str
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        name: str = '',
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+    ) -> None:
+        self.name = name
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
 
 
-@dataclass(slots=True)
 class ControllerRegistrationRequest(Message):
     """ControllerRegistrationRequest (API key 70), versions 0-0."""
 
@@ -59,11 +81,27 @@ class ControllerRegistrationRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    controller_id: int = 0
-    incarnation_id: uuid.UUID = ZERO_UUID
-    zk_migration_ready: bool = False
-    listeners: list[Listener] = field(default_factory=list)
-    features: list[Feature] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('controller_id', 'incarnation_id', 'zk_migration_ready', 'listeners', 'features')
+    __slots__ = FIELDS
+    controller_id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    listeners: list[Listener]
+    features: list[Feature]
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        incarnation_id: uuid.UUID = ZERO_UUID,
+        zk_migration_ready: bool = False,
+        listeners: list[Listener] | Default = Default.FRESH,
+        features: list[Feature] | Default = Default.FRESH,
+    ) -> None:
+        self.controller_id = controller_id
+        self.incarnation_id = incarnation_id
+        self.zk_migration_ready = zk_migration_ready
+        self.listeners = [] if listeners is Default.FRESH else listeners
+        self.features = [] if features is Default.FRESH else features
 
 
 def _write_listener_v0(out: bytearray, o: Listener) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,18 +32,36 @@ _F_b = struct.Struct('>b')
 _F_bb = struct.Struct('>bb')
 
 
-@dataclass(slots=True)
-class AclCreation:
-    resource_type: int = 0
-    resource_name: str = ''
-    resource_pattern_type: int = 3
-    principal: str = ''
-    host: str = ''
-    operation: int = 0
-    permission_type: int = 0
+class AclCreation(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type', 'resource_name', 'resource_pattern_type', 'principal', 'host', 'operation', 'permission_type')
+    __slots__ = FIELDS
+    resource_type: int
+    resource_name: str
+    resource_pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = '',
+        resource_pattern_type: int = 3,
+        principal: str = '',
+        host: str = '',
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
 
 
-@dataclass(slots=True)
 class CreateAclsRequest(Message):
     """CreateAclsRequest (API key 30), versions 0-3."""
 
@@ -54,7 +71,15 @@ class CreateAclsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    creations: list[AclCreation] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('creations',)
+    __slots__ = FIELDS
+    creations: list[AclCreation]
+
+    def __init__(
+        self,
+        creations: list[AclCreation] | Default = Default.FRESH,
+    ) -> None:
+        self.creations = [] if creations is Default.FRESH else creations
 
 
 def _write_acl_creation_v0(out: bytearray, o: AclCreation) -> None:

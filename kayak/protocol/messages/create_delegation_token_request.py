@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,13 +33,21 @@ __all__ = ['CreatableRenewers', 'CreateDelegationTokenRequest']
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class CreatableRenewers:
-    principal_type: str = ''
-    principal_name: str = ''
+class CreatableRenewers(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('principal_type', 'principal_name')
+    __slots__ = FIELDS
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        principal_type: str = '',
+        principal_name: str = '',
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
 
 
-@dataclass(slots=True)
 class CreateDelegationTokenRequest(Message):
     """CreateDelegationTokenRequest (API key 38), versions 0-3."""
 
@@ -50,10 +57,24 @@ class CreateDelegationTokenRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    owner_principal_type: str | None = ''
-    owner_principal_name: str | None = ''
-    renewers: list[CreatableRenewers] = field(default_factory=list)
-    max_lifetime_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms')
+    __slots__ = FIELDS
+    owner_principal_type: str | None
+    owner_principal_name: str | None
+    renewers: list[CreatableRenewers]
+    max_lifetime_ms: int
+
+    def __init__(
+        self,
+        owner_principal_type: str | None = '',
+        owner_principal_name: str | None = '',
+        renewers: list[CreatableRenewers] | Default = Default.FRESH,
+        max_lifetime_ms: int = 0,
+    ) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = [] if renewers is Default.FRESH else renewers
+        self.max_lifetime_ms = max_lifetime_ms
 
 
 def _write_creatable_renewers_v0(out: bytearray, o: CreatableRenewers) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -35,7 +34,6 @@ _F_i = struct.Struct('>i')
 _F_qqq = struct.Struct('>qqq')
 
 
-@dataclass(slots=True)
 class CreateDelegationTokenResponse(Message):
     """CreateDelegationTokenResponse (API key 38), versions 0-3."""
 
@@ -45,17 +43,45 @@ class CreateDelegationTokenResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    error_code: int = 0
-    principal_type: str = ''
-    principal_name: str = ''
-    token_requester_principal_type: str = ''
-    token_requester_principal_name: str = ''
-    issue_timestamp_ms: int = 0
-    expiry_timestamp_ms: int = 0
-    max_timestamp_ms: int = 0
-    token_id: str = ''
-    hmac: bytes = b''
-    throttle_time_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp_ms', 'expiry_timestamp_ms', 'max_timestamp_ms', 'token_id', 'hmac', 'throttle_time_ms')
+    __slots__ = FIELDS
+    error_code: int
+    principal_type: str
+    principal_name: str
+    token_requester_principal_type: str
+    token_requester_principal_name: str
+    issue_timestamp_ms: int
+    expiry_timestamp_ms: int
+    max_timestamp_ms: int
+    token_id: str
+    hmac: bytes
+    throttle_time_ms: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        principal_type: str = '',
+        principal_name: str = '',
+        token_requester_principal_type: str = '',
+        token_requester_principal_name: str = '',
+        issue_timestamp_ms: int = 0,
+        expiry_timestamp_ms: int = 0,
+        max_timestamp_ms: int = 0,
+        token_id: str = '',
+        hmac: bytes = b'',
+        throttle_time_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
 
 
 def _write_create_delegation_token_response_v0(out: bytearray, o: CreateDelegationTokenResponse) -> None:

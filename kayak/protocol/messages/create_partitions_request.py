@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,19 +33,36 @@ _F_i = struct.Struct('>i')
 _F_io = struct.Struct('>i?')
 
 
-@dataclass(slots=True)
-class CreatePartitionsAssignment:
-    broker_ids: list[int] = field(default_factory=list)
+class CreatePartitionsAssignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_ids',)
+    __slots__ = FIELDS
+    broker_ids: list[int]
+
+    def __init__(
+        self,
+        broker_ids: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.broker_ids = [] if broker_ids is Default.FRESH else broker_ids
 
 
-@dataclass(slots=True)
-class CreatePartitionsTopic:
-    name: str = ''
-    count: int = 0
-    assignments: list[CreatePartitionsAssignment] | None = field(default_factory=list)
+class CreatePartitionsTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'count', 'assignments')
+    __slots__ = FIELDS
+    name: str
+    count: int
+    assignments: list[CreatePartitionsAssignment] | None
+
+    def __init__(
+        self,
+        name: str = '',
+        count: int = 0,
+        assignments: list[CreatePartitionsAssignment] | Default | None = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.count = count
+        self.assignments = [] if assignments is Default.FRESH else assignments
 
 
-@dataclass(slots=True)
 class CreatePartitionsRequest(Message):
     """CreatePartitionsRequest (API key 37), versions 0-3."""
 
@@ -56,9 +72,21 @@ class CreatePartitionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    topics: list[CreatePartitionsTopic] = field(default_factory=list)
-    timeout_ms: int = 0
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'timeout_ms', 'validate_only')
+    __slots__ = FIELDS
+    topics: list[CreatePartitionsTopic]
+    timeout_ms: int
+    validate_only: bool
+
+    def __init__(
+        self,
+        topics: list[CreatePartitionsTopic] | Default = Default.FRESH,
+        timeout_ms: int = 0,
+        validate_only: bool = False,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
 
 
 def _write_create_partitions_assignment_v0(out: bytearray, o: CreatePartitionsAssignment) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,14 +36,24 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class CreatePartitionsTopicResult:
-    name: str = ''
-    error_code: int = 0
-    error_message: str | None = None
+class CreatePartitionsTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    name: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        name: str = '',
+        error_code: int = 0,
+        error_message: str | None = None,
+    ) -> None:
+        self.name = name
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
 class CreatePartitionsResponse(Message):
     """CreatePartitionsResponse (API key 37), versions 0-3."""
 
@@ -54,8 +63,18 @@ class CreatePartitionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    results: list[CreatePartitionsTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    results: list[CreatePartitionsTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[CreatePartitionsTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_create_partitions_topic_result_v0(out: bytearray, o: CreatePartitionsTopicResult) -> None:

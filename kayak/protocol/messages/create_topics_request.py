@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,28 +38,60 @@ _F_ih = struct.Struct('>ih')
 _F_io = struct.Struct('>i?')
 
 
-@dataclass(slots=True)
-class CreatableReplicaAssignment:
-    partition_index: int = 0
-    broker_ids: list[int] = field(default_factory=list)
+class CreatableReplicaAssignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'broker_ids')
+    __slots__ = FIELDS
+    partition_index: int
+    broker_ids: list[int]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        broker_ids: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.broker_ids = [] if broker_ids is Default.FRESH else broker_ids
 
 
-@dataclass(slots=True)
-class CreatableTopicConfig:
-    name: str = ''
-    value: str | None = ''
+class CreatableTopicConfig(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'value')
+    __slots__ = FIELDS
+    name: str
+    value: str | None
+
+    def __init__(
+        self,
+        name: str = '',
+        value: str | None = '',
+    ) -> None:
+        self.name = name
+        self.value = value
 
 
-@dataclass(slots=True)
-class CreatableTopic:
-    name: str = ''
-    num_partitions: int = 0
-    replication_factor: int = 0
-    assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
-    configs: list[CreatableTopicConfig] = field(default_factory=list)
+class CreatableTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs')
+    __slots__ = FIELDS
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: list[CreatableReplicaAssignment]
+    configs: list[CreatableTopicConfig]
+
+    def __init__(
+        self,
+        name: str = '',
+        num_partitions: int = 0,
+        replication_factor: int = 0,
+        assignments: list[CreatableReplicaAssignment] | Default = Default.FRESH,
+        configs: list[CreatableTopicConfig] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.assignments = [] if assignments is Default.FRESH else assignments
+        self.configs = [] if configs is Default.FRESH else configs
 
 
-@dataclass(slots=True)
 class CreateTopicsRequest(Message):
     """CreateTopicsRequest (API key 19), versions 0-7."""
 
@@ -70,9 +101,21 @@ class CreateTopicsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_VERSION: ClassVar[int | None] = 5
-    topics: list[CreatableTopic] = field(default_factory=list)
-    timeout_ms: int = 60000
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'timeout_ms', 'validate_only')
+    __slots__ = FIELDS
+    topics: list[CreatableTopic]
+    timeout_ms: int
+    validate_only: bool
+
+    def __init__(
+        self,
+        topics: list[CreatableTopic] | Default = Default.FRESH,
+        timeout_ms: int = 60000,
+        validate_only: bool = False,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
 
 
 def _write_creatable_replica_assignment_v0(out: bytearray, o: CreatableReplicaAssignment) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -46,28 +45,63 @@ _F_ih = struct.Struct('>ih')
 _F_obo = struct.Struct('>?b?')
 
 
-@dataclass(slots=True)
-class CreatableTopicConfigs:
-    name: str = ''
-    value: str | None = ''
-    read_only: bool = False
-    config_source: int = -1
-    is_sensitive: bool = False
+class CreatableTopicConfigs(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'value', 'read_only', 'config_source', 'is_sensitive')
+    __slots__ = FIELDS
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int
+    is_sensitive: bool
+
+    def __init__(
+        self,
+        name: str = '',
+        value: str | None = '',
+        read_only: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
 
 
-@dataclass(slots=True)
-class CreatableTopicResult:
-    name: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    error_code: int = 0
-    error_message: str | None = ''
-    topic_config_error_code: int = 0
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: list[CreatableTopicConfigs] | None = field(default_factory=list)
+class CreatableTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'topic_id', 'error_code', 'error_message', 'topic_config_error_code', 'num_partitions', 'replication_factor', 'configs')
+    __slots__ = FIELDS
+    name: str
+    topic_id: uuid.UUID
+    error_code: int
+    error_message: str | None
+    topic_config_error_code: int
+    num_partitions: int
+    replication_factor: int
+    configs: list[CreatableTopicConfigs] | None
+
+    def __init__(
+        self,
+        name: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = '',
+        topic_config_error_code: int = 0,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: list[CreatableTopicConfigs] | Default | None = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topic_config_error_code = topic_config_error_code
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.configs = [] if configs is Default.FRESH else configs
 
 
-@dataclass(slots=True)
 class CreateTopicsResponse(Message):
     """CreateTopicsResponse (API key 19), versions 0-7."""
 
@@ -77,8 +111,18 @@ class CreateTopicsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_VERSION: ClassVar[int | None] = 5
-    throttle_time_ms: int = 0
-    topics: list[CreatableTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[CreatableTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[CreatableTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_creatable_topic_result_v0(out: bytearray, o: CreatableTopicResult) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -27,7 +26,6 @@ __all__ = ['DefaultPrincipalData']
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
 class DefaultPrincipalData(Message):
     """DefaultPrincipalData, versions 0-0."""
 
@@ -37,9 +35,21 @@ class DefaultPrincipalData(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    type: str = ''
-    name: str = ''
-    token_authenticated: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('type', 'name', 'token_authenticated')
+    __slots__ = FIELDS
+    type: str
+    name: str
+    token_authenticated: bool
+
+    def __init__(
+        self,
+        type: str = '',
+        name: str = '',
+        token_authenticated: bool = False,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.token_authenticated = token_authenticated
 
 
 def _write_default_principal_data_v0(out: bytearray, o: DefaultPrincipalData) -> None:

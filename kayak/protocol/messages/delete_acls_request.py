@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,18 +32,36 @@ _F_b = struct.Struct('>b')
 _F_bb = struct.Struct('>bb')
 
 
-@dataclass(slots=True)
-class DeleteAclsFilter:
-    resource_type_filter: int = 0
-    resource_name_filter: str | None = ''
-    pattern_type_filter: int = 3
-    principal_filter: str | None = ''
-    host_filter: str | None = ''
-    operation: int = 0
-    permission_type: int = 0
+class DeleteAclsFilter(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type')
+    __slots__ = FIELDS
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = '',
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = '',
+        host_filter: str | None = '',
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
 
 
-@dataclass(slots=True)
 class DeleteAclsRequest(Message):
     """DeleteAclsRequest (API key 31), versions 0-3."""
 
@@ -54,7 +71,15 @@ class DeleteAclsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    filters: list[DeleteAclsFilter] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('filters',)
+    __slots__ = FIELDS
+    filters: list[DeleteAclsFilter]
+
+    def __init__(
+        self,
+        filters: list[DeleteAclsFilter] | Default = Default.FRESH,
+    ) -> None:
+        self.filters = [] if filters is Default.FRESH else filters
 
 
 def _write_delete_acls_filter_v0(out: bytearray, o: DeleteAclsFilter) -> None:

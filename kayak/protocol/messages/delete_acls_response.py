@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,27 +38,60 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class DeleteAclsMatchingAcl:
-    error_code: int = 0
-    error_message: str | None = ''
-    resource_type: int = 0
-    resource_name: str = ''
-    pattern_type: int = 3
-    principal: str = ''
-    host: str = ''
-    operation: int = 0
-    permission_type: int = 0
+class DeleteAclsMatchingAcl(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'resource_type', 'resource_name', 'pattern_type', 'principal', 'host', 'operation', 'permission_type')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        resource_type: int = 0,
+        resource_name: str = '',
+        pattern_type: int = 3,
+        principal: str = '',
+        host: str = '',
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
 
 
-@dataclass(slots=True)
-class DeleteAclsFilterResult:
-    error_code: int = 0
-    error_message: str | None = ''
-    matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
+class DeleteAclsFilterResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'matching_acls')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    matching_acls: list[DeleteAclsMatchingAcl]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        matching_acls: list[DeleteAclsMatchingAcl] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.matching_acls = [] if matching_acls is Default.FRESH else matching_acls
 
 
-@dataclass(slots=True)
 class DeleteAclsResponse(Message):
     """DeleteAclsResponse (API key 31), versions 0-3."""
 
@@ -69,8 +101,18 @@ class DeleteAclsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'filter_results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    filter_results: list[DeleteAclsFilterResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        filter_results: list[DeleteAclsFilterResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = [] if filter_results is Default.FRESH else filter_results
 
 
 def _write_delete_acls_matching_acl_v0(out: bytearray, o: DeleteAclsMatchingAcl) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,7 +29,6 @@ from kayak.protocol.primitives import (
 __all__ = ['DeleteGroupsRequest']
 
 
-@dataclass(slots=True)
 class DeleteGroupsRequest(Message):
     """DeleteGroupsRequest (API key 42), versions 0-2."""
 
@@ -40,7 +38,15 @@ class DeleteGroupsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    groups_names: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('groups_names',)
+    __slots__ = FIELDS
+    groups_names: list[str]
+
+    def __init__(
+        self,
+        groups_names: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.groups_names = [] if groups_names is Default.FRESH else groups_names
 
 
 def _write_delete_groups_request_v0(out: bytearray, o: DeleteGroupsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,13 +32,21 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class DeletableGroupResult:
-    group_id: str = ''
-    error_code: int = 0
+class DeletableGroupResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'error_code')
+    __slots__ = FIELDS
+    group_id: str
+    error_code: int
+
+    def __init__(
+        self,
+        group_id: str = '',
+        error_code: int = 0,
+    ) -> None:
+        self.group_id = group_id
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
 class DeleteGroupsResponse(Message):
     """DeleteGroupsResponse (API key 42), versions 0-2."""
 
@@ -49,8 +56,18 @@ class DeleteGroupsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    results: list[DeletableGroupResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    results: list[DeletableGroupResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[DeletableGroupResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_deletable_group_result_v0(out: bytearray, o: DeletableGroupResult) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,19 +32,36 @@ _F_i = struct.Struct('>i')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
-class DeleteRecordsPartition:
-    partition_index: int = 0
-    offset: int = 0
+class DeleteRecordsPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'offset')
+    __slots__ = FIELDS
+    partition_index: int
+    offset: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        offset: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.offset = offset
 
 
-@dataclass(slots=True)
-class DeleteRecordsTopic:
-    name: str = ''
-    partitions: list[DeleteRecordsPartition] = field(default_factory=list)
+class DeleteRecordsTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[DeleteRecordsPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[DeleteRecordsPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DeleteRecordsRequest(Message):
     """DeleteRecordsRequest (API key 21), versions 0-2."""
 
@@ -55,8 +71,18 @@ class DeleteRecordsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    topics: list[DeleteRecordsTopic] = field(default_factory=list)
-    timeout_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'timeout_ms')
+    __slots__ = FIELDS
+    topics: list[DeleteRecordsTopic]
+    timeout_ms: int
+
+    def __init__(
+        self,
+        topics: list[DeleteRecordsTopic] | Default = Default.FRESH,
+        timeout_ms: int = 0,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.timeout_ms = timeout_ms
 
 
 def _write_delete_records_partition_v0(out: bytearray, o: DeleteRecordsPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,20 +32,39 @@ _F_i = struct.Struct('>i')
 _F_iqh = struct.Struct('>iqh')
 
 
-@dataclass(slots=True)
-class DeleteRecordsPartitionResult:
-    partition_index: int = 0
-    low_watermark: int = 0
-    error_code: int = 0
+class DeleteRecordsPartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'low_watermark', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    low_watermark: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        low_watermark: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.low_watermark = low_watermark
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class DeleteRecordsTopicResult:
-    name: str = ''
-    partitions: list[DeleteRecordsPartitionResult] = field(default_factory=list)
+class DeleteRecordsTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[DeleteRecordsPartitionResult]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[DeleteRecordsPartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DeleteRecordsResponse(Message):
     """DeleteRecordsResponse (API key 21), versions 0-2."""
 
@@ -56,8 +74,18 @@ class DeleteRecordsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    topics: list[DeleteRecordsTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[DeleteRecordsTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DeleteRecordsTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_delete_records_partition_result_v0(out: bytearray, o: DeleteRecordsPartitionResult) -> None:

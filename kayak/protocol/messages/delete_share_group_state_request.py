@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,18 +30,33 @@ __all__ = ['DeleteShareGroupStateRequest', 'DeleteStateData', 'PartitionData']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition',)
+    __slots__ = FIELDS
+    partition: int
+
+    def __init__(
+        self,
+        partition: int = 0,
+    ) -> None:
+        self.partition = partition
 
 
-@dataclass(slots=True)
-class DeleteStateData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class DeleteStateData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DeleteShareGroupStateRequest(Message):
     """DeleteShareGroupStateRequest (API key 86), versions 0-0."""
 
@@ -52,8 +66,18 @@ class DeleteShareGroupStateRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    topics: list[DeleteStateData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[DeleteStateData]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[DeleteStateData] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

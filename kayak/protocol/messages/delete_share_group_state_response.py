@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,20 +30,39 @@ __all__ = ['DeleteShareGroupStateResponse', 'DeleteStateResult', 'PartitionResul
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
+class PartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    partition: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
-class DeleteStateResult:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = field(default_factory=list)
+class DeleteStateResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionResult]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DeleteShareGroupStateResponse(Message):
     """DeleteShareGroupStateResponse (API key 86), versions 0-0."""
 
@@ -54,7 +72,15 @@ class DeleteShareGroupStateResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    results: list[DeleteStateResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('results',)
+    __slots__ = FIELDS
+    results: list[DeleteStateResult]
+
+    def __init__(
+        self,
+        results: list[DeleteStateResult] | Default = Default.FRESH,
+    ) -> None:
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_partition_result_v0(out: bytearray, o: PartitionResult) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,13 +36,21 @@ __all__ = ['DeleteTopicState', 'DeleteTopicsRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class DeleteTopicState:
-    name: str | None = None
-    topic_id: uuid.UUID = ZERO_UUID
+class DeleteTopicState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'topic_id')
+    __slots__ = FIELDS
+    name: str | None
+    topic_id: uuid.UUID
+
+    def __init__(
+        self,
+        name: str | None = None,
+        topic_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
 
 
-@dataclass(slots=True)
 class DeleteTopicsRequest(Message):
     """DeleteTopicsRequest (API key 20), versions 0-6."""
 
@@ -53,9 +60,21 @@ class DeleteTopicsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    topics: list[DeleteTopicState] = field(default_factory=list)
-    topic_names: list[str] = field(default_factory=list)
-    timeout_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'topic_names', 'timeout_ms')
+    __slots__ = FIELDS
+    topics: list[DeleteTopicState]
+    topic_names: list[str]
+    timeout_ms: int
+
+    def __init__(
+        self,
+        topics: list[DeleteTopicState] | Default = Default.FRESH,
+        topic_names: list[str] | Default = Default.FRESH,
+        timeout_ms: int = 0,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.topic_names = [] if topic_names is Default.FRESH else topic_names
+        self.timeout_ms = timeout_ms
 
 
 def _write_delete_topics_request_v0(out: bytearray, o: DeleteTopicsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -38,15 +37,27 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class DeletableTopicResult:
-    name: str | None = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    error_code: int = 0
-    error_message: str | None = None
+class DeletableTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'topic_id', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    name: str | None
+    topic_id: uuid.UUID
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        name: str | None = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        error_code: int = 0,
+        error_message: str | None = None,
+    ) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
 class DeleteTopicsResponse(Message):
     """DeleteTopicsResponse (API key 20), versions 0-6."""
 
@@ -56,8 +67,18 @@ class DeleteTopicsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    responses: list[DeletableTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'responses')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    responses: list[DeletableTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[DeletableTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is Default.FRESH else responses
 
 
 def _write_deletable_topic_result_v0(out: bytearray, o: DeletableTopicResult) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -30,7 +29,6 @@ _F_b = struct.Struct('>b')
 _F_bb = struct.Struct('>bb')
 
 
-@dataclass(slots=True)
 class DescribeAclsRequest(Message):
     """DescribeAclsRequest (API key 29), versions 0-3."""
 
@@ -40,13 +38,33 @@ class DescribeAclsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    resource_type_filter: int = 0
-    resource_name_filter: str | None = ''
-    pattern_type_filter: int = 3
-    principal_filter: str | None = ''
-    host_filter: str | None = ''
-    operation: int = 0
-    permission_type: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type')
+    __slots__ = FIELDS
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = '',
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = '',
+        host_filter: str | None = '',
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
 
 
 def _write_describe_acls_request_v0(out: bytearray, o: DescribeAclsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -38,23 +37,48 @@ _F_bb = struct.Struct('>bb')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class AclDescription:
-    principal: str = ''
-    host: str = ''
-    operation: int = 0
-    permission_type: int = 0
+class AclDescription(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('principal', 'host', 'operation', 'permission_type')
+    __slots__ = FIELDS
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    def __init__(
+        self,
+        principal: str = '',
+        host: str = '',
+        operation: int = 0,
+        permission_type: int = 0,
+    ) -> None:
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
 
 
-@dataclass(slots=True)
-class DescribeAclsResource:
-    resource_type: int = 0
-    resource_name: str = ''
-    pattern_type: int = 3
-    acls: list[AclDescription] = field(default_factory=list)
+class DescribeAclsResource(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type', 'resource_name', 'pattern_type', 'acls')
+    __slots__ = FIELDS
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    acls: list[AclDescription]
+
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = '',
+        pattern_type: int = 3,
+        acls: list[AclDescription] | Default = Default.FRESH,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.acls = [] if acls is Default.FRESH else acls
 
 
-@dataclass(slots=True)
 class DescribeAclsResponse(Message):
     """DescribeAclsResponse (API key 29), versions 0-3."""
 
@@ -64,10 +88,24 @@ class DescribeAclsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    resources: list[DescribeAclsResource] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'resources')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    resources: list[DescribeAclsResource]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        resources: list[DescribeAclsResource] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = [] if resources is Default.FRESH else resources
 
 
 def _write_acl_description_v0(out: bytearray, o: AclDescription) -> None:

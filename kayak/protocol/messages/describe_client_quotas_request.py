@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,14 +36,24 @@ _F_b = struct.Struct('>b')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class ComponentData:
-    entity_type: str = ''
-    match_type: int = 0
-    match: str | None = ''
+class ComponentData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity_type', 'match_type', 'match')
+    __slots__ = FIELDS
+    entity_type: str
+    match_type: int
+    match: str | None
+
+    def __init__(
+        self,
+        entity_type: str = '',
+        match_type: int = 0,
+        match: str | None = '',
+    ) -> None:
+        self.entity_type = entity_type
+        self.match_type = match_type
+        self.match = match
 
 
-@dataclass(slots=True)
 class DescribeClientQuotasRequest(Message):
     """DescribeClientQuotasRequest (API key 48), versions 0-1."""
 
@@ -54,8 +63,18 @@ class DescribeClientQuotasRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    components: list[ComponentData] = field(default_factory=list)
-    strict: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('components', 'strict')
+    __slots__ = FIELDS
+    components: list[ComponentData]
+    strict: bool
+
+    def __init__(
+        self,
+        components: list[ComponentData] | Default = Default.FRESH,
+        strict: bool = False,
+    ) -> None:
+        self.components = [] if components is Default.FRESH else components
+        self.strict = strict
 
 
 def _write_component_data_v0(out: bytearray, o: ComponentData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,25 +36,51 @@ _F_d = struct.Struct('>d')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class EntityData:
-    entity_type: str = ''
-    entity_name: str | None = ''
+class EntityData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity_type', 'entity_name')
+    __slots__ = FIELDS
+    entity_type: str
+    entity_name: str | None
+
+    def __init__(
+        self,
+        entity_type: str = '',
+        entity_name: str | None = '',
+    ) -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
 
 
-@dataclass(slots=True)
-class ValueData:
-    key: str = ''
-    value: float = 0.0
+class ValueData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('key', 'value')
+    __slots__ = FIELDS
+    key: str
+    value: float
+
+    def __init__(
+        self,
+        key: str = '',
+        value: float = 0.0,
+    ) -> None:
+        self.key = key
+        self.value = value
 
 
-@dataclass(slots=True)
-class EntryData:
-    entity: list[EntityData] = field(default_factory=list)
-    values: list[ValueData] = field(default_factory=list)
+class EntryData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('entity', 'values')
+    __slots__ = FIELDS
+    entity: list[EntityData]
+    values: list[ValueData]
+
+    def __init__(
+        self,
+        entity: list[EntityData] | Default = Default.FRESH,
+        values: list[ValueData] | Default = Default.FRESH,
+    ) -> None:
+        self.entity = [] if entity is Default.FRESH else entity
+        self.values = [] if values is Default.FRESH else values
 
 
-@dataclass(slots=True)
 class DescribeClientQuotasResponse(Message):
     """DescribeClientQuotasResponse (API key 48), versions 0-1."""
 
@@ -65,10 +90,24 @@ class DescribeClientQuotasResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    entries: list[EntryData] | None = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'entries')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    entries: list[EntryData] | None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        entries: list[EntryData] | Default | None = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = [] if entries is Default.FRESH else entries
 
 
 def _write_entity_data_v0(out: bytearray, o: EntityData) -> None:

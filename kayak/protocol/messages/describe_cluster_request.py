@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ _F_o = struct.Struct('>?')
 _F_ob = struct.Struct('>?b')
 
 
-@dataclass(slots=True)
 class DescribeClusterRequest(Message):
     """DescribeClusterRequest (API key 60), versions 0-1."""
 
@@ -36,8 +34,18 @@ class DescribeClusterRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    include_cluster_authorized_operations: bool = False
-    endpoint_type: int = 1
+    FIELDS: ClassVar[tuple[str, ...]] = ('include_cluster_authorized_operations', 'endpoint_type')
+    __slots__ = FIELDS
+    include_cluster_authorized_operations: bool
+    endpoint_type: int
+
+    def __init__(
+        self,
+        include_cluster_authorized_operations: bool = False,
+        endpoint_type: int = 1,
+    ) -> None:
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.endpoint_type = endpoint_type
 
 
 def _write_describe_cluster_request_v0(out: bytearray, o: DescribeClusterRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,15 +32,27 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class DescribeClusterBroker:
-    broker_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class DescribeClusterBroker(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class DescribeClusterResponse(Message):
     """DescribeClusterResponse (API key 60), versions 0-1."""
 
@@ -51,14 +62,36 @@ class DescribeClusterResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    endpoint_type: int = 1
-    cluster_id: str = ''
-    controller_id: int = -1
-    brokers: list[DescribeClusterBroker] = field(default_factory=list)
-    cluster_authorized_operations: int = -2147483648
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    endpoint_type: int
+    cluster_id: str
+    controller_id: int
+    brokers: list[DescribeClusterBroker]
+    cluster_authorized_operations: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        endpoint_type: int = 1,
+        cluster_id: str = '',
+        controller_id: int = -1,
+        brokers: list[DescribeClusterBroker] | Default = Default.FRESH,
+        cluster_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.endpoint_type = endpoint_type
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers = [] if brokers is Default.FRESH else brokers
+        self.cluster_authorized_operations = cluster_authorized_operations
 
 
 def _write_describe_cluster_broker_v0(out: bytearray, o: DescribeClusterBroker) -> None:

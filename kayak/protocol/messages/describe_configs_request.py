@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,14 +34,24 @@ _F_o = struct.Struct('>?')
 _F_oo = struct.Struct('>??')
 
 
-@dataclass(slots=True)
-class DescribeConfigsResource:
-    resource_type: int = 0
-    resource_name: str = ''
-    configuration_keys: list[str] | None = field(default_factory=list)
+class DescribeConfigsResource(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type', 'resource_name', 'configuration_keys')
+    __slots__ = FIELDS
+    resource_type: int
+    resource_name: str
+    configuration_keys: list[str] | None
+
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = '',
+        configuration_keys: list[str] | Default | None = Default.FRESH,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configuration_keys = [] if configuration_keys is Default.FRESH else configuration_keys
 
 
-@dataclass(slots=True)
 class DescribeConfigsRequest(Message):
     """DescribeConfigsRequest (API key 32), versions 0-4."""
 
@@ -52,9 +61,21 @@ class DescribeConfigsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    resources: list[DescribeConfigsResource] = field(default_factory=list)
-    include_synonyms: bool = False
-    include_documentation: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('resources', 'include_synonyms', 'include_documentation')
+    __slots__ = FIELDS
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+
+    def __init__(
+        self,
+        resources: list[DescribeConfigsResource] | Default = Default.FRESH,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> None:
+        self.resources = [] if resources is Default.FRESH else resources
+        self.include_synonyms = include_synonyms
+        self.include_documentation = include_documentation
 
 
 def _write_describe_configs_resource_v0(out: bytearray, o: DescribeConfigsResource) -> None:

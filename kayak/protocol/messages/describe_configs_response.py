@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -40,36 +39,84 @@ _F_obo = struct.Struct('>?b?')
 _F_ooo = struct.Struct('>???')
 
 
-@dataclass(slots=True)
-class DescribeConfigsSynonym:
-    name: str = ''
-    value: str | None = ''
-    source: int = 0
+class DescribeConfigsSynonym(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'value', 'source')
+    __slots__ = FIELDS
+    name: str
+    value: str | None
+    source: int
+
+    def __init__(
+        self,
+        name: str = '',
+        value: str | None = '',
+        source: int = 0,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
 
 
-@dataclass(slots=True)
-class DescribeConfigsResourceResult:
-    name: str = ''
-    value: str | None = ''
-    read_only: bool = False
-    is_default: bool = False
-    config_source: int = -1
-    is_sensitive: bool = False
-    synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
-    config_type: int = 0
-    documentation: str | None = ''
+class DescribeConfigsResourceResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'value', 'read_only', 'is_default', 'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
+    __slots__ = FIELDS
+    name: str
+    value: str | None
+    read_only: bool
+    is_default: bool
+    config_source: int
+    is_sensitive: bool
+    synonyms: list[DescribeConfigsSynonym]
+    config_type: int
+    documentation: str | None
+
+    def __init__(
+        self,
+        name: str = '',
+        value: str | None = '',
+        read_only: bool = False,
+        is_default: bool = False,
+        config_source: int = -1,
+        is_sensitive: bool = False,
+        synonyms: list[DescribeConfigsSynonym] | Default = Default.FRESH,
+        config_type: int = 0,
+        documentation: str | None = '',
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.is_default = is_default
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.synonyms = [] if synonyms is Default.FRESH else synonyms
+        self.config_type = config_type
+        self.documentation = documentation
 
 
-@dataclass(slots=True)
-class DescribeConfigsResult:
-    error_code: int = 0
-    error_message: str | None = ''
-    resource_type: int = 0
-    resource_name: str = ''
-    configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
+class DescribeConfigsResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: list[DescribeConfigsResourceResult]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        resource_type: int = 0,
+        resource_name: str = '',
+        configs: list[DescribeConfigsResourceResult] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is Default.FRESH else configs
 
 
-@dataclass(slots=True)
 class DescribeConfigsResponse(Message):
     """DescribeConfigsResponse (API key 32), versions 0-4."""
 
@@ -79,8 +126,18 @@ class DescribeConfigsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    results: list[DescribeConfigsResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    results: list[DescribeConfigsResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[DescribeConfigsResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_describe_configs_resource_result_v0(out: bytearray, o: DescribeConfigsResourceResult) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,13 +28,21 @@ from kayak.protocol.primitives import (
 __all__ = ['DescribeDelegationTokenOwner', 'DescribeDelegationTokenRequest']
 
 
-@dataclass(slots=True)
-class DescribeDelegationTokenOwner:
-    principal_type: str = ''
-    principal_name: str = ''
+class DescribeDelegationTokenOwner(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('principal_type', 'principal_name')
+    __slots__ = FIELDS
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        principal_type: str = '',
+        principal_name: str = '',
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
 
 
-@dataclass(slots=True)
 class DescribeDelegationTokenRequest(Message):
     """DescribeDelegationTokenRequest (API key 41), versions 0-3."""
 
@@ -45,7 +52,15 @@ class DescribeDelegationTokenRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    owners: list[DescribeDelegationTokenOwner] | None = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('owners',)
+    __slots__ = FIELDS
+    owners: list[DescribeDelegationTokenOwner] | None
+
+    def __init__(
+        self,
+        owners: list[DescribeDelegationTokenOwner] | Default | None = Default.FRESH,
+    ) -> None:
+        self.owners = [] if owners is Default.FRESH else owners
 
 
 def _write_describe_delegation_token_owner_v0(out: bytearray, o: DescribeDelegationTokenOwner) -> None:

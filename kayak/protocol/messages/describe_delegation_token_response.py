@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -38,27 +37,60 @@ _F_i = struct.Struct('>i')
 _F_qqq = struct.Struct('>qqq')
 
 
-@dataclass(slots=True)
-class DescribedDelegationTokenRenewer:
-    principal_type: str = ''
-    principal_name: str = ''
+class DescribedDelegationTokenRenewer(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('principal_type', 'principal_name')
+    __slots__ = FIELDS
+    principal_type: str
+    principal_name: str
+
+    def __init__(
+        self,
+        principal_type: str = '',
+        principal_name: str = '',
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
 
 
-@dataclass(slots=True)
-class DescribedDelegationToken:
-    principal_type: str = ''
-    principal_name: str = ''
-    token_requester_principal_type: str = ''
-    token_requester_principal_name: str = ''
-    issue_timestamp: int = 0
-    expiry_timestamp: int = 0
-    max_timestamp: int = 0
-    token_id: str = ''
-    hmac: bytes = b''
-    renewers: list[DescribedDelegationTokenRenewer] = field(default_factory=list)
+class DescribedDelegationToken(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp', 'expiry_timestamp', 'max_timestamp', 'token_id', 'hmac', 'renewers')
+    __slots__ = FIELDS
+    principal_type: str
+    principal_name: str
+    token_requester_principal_type: str
+    token_requester_principal_name: str
+    issue_timestamp: int
+    expiry_timestamp: int
+    max_timestamp: int
+    token_id: str
+    hmac: bytes
+    renewers: list[DescribedDelegationTokenRenewer]
+
+    def __init__(
+        self,
+        principal_type: str = '',
+        principal_name: str = '',
+        token_requester_principal_type: str = '',
+        token_requester_principal_name: str = '',
+        issue_timestamp: int = 0,
+        expiry_timestamp: int = 0,
+        max_timestamp: int = 0,
+        token_id: str = '',
+        hmac: bytes = b'',
+        renewers: list[DescribedDelegationTokenRenewer] | Default = Default.FRESH,
+    ) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp = issue_timestamp
+        self.expiry_timestamp = expiry_timestamp
+        self.max_timestamp = max_timestamp
+        self.token_id = token_id
+        self.hmac = hmac
+        self.renewers = [] if renewers is Default.FRESH else renewers
 
 
-@dataclass(slots=True)
 class DescribeDelegationTokenResponse(Message):
     """DescribeDelegationTokenResponse (API key 41), versions 0-3."""
 
@@ -68,9 +100,21 @@ class DescribeDelegationTokenResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    error_code: int = 0
-    tokens: list[DescribedDelegationToken] = field(default_factory=list)
-    throttle_time_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'tokens', 'throttle_time_ms')
+    __slots__ = FIELDS
+    error_code: int
+    tokens: list[DescribedDelegationToken]
+    throttle_time_ms: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        tokens: list[DescribedDelegationToken] | Default = Default.FRESH,
+        throttle_time_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.tokens = [] if tokens is Default.FRESH else tokens
+        self.throttle_time_ms = throttle_time_ms
 
 
 def _write_described_delegation_token_renewer_v0(out: bytearray, o: DescribedDelegationTokenRenewer) -> None:

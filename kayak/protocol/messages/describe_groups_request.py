@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,7 +32,6 @@ __all__ = ['DescribeGroupsRequest']
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
 class DescribeGroupsRequest(Message):
     """DescribeGroupsRequest (API key 15), versions 0-5."""
 
@@ -43,8 +41,18 @@ class DescribeGroupsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 5
-    groups: list[str] = field(default_factory=list)
-    include_authorized_operations: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('groups', 'include_authorized_operations')
+    __slots__ = FIELDS
+    groups: list[str]
+    include_authorized_operations: bool
+
+    def __init__(
+        self,
+        groups: list[str] | Default = Default.FRESH,
+        include_authorized_operations: bool = False,
+    ) -> None:
+        self.groups = [] if groups is Default.FRESH else groups
+        self.include_authorized_operations = include_authorized_operations
 
 
 def _write_describe_groups_request_v0(out: bytearray, o: DescribeGroupsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,28 +40,63 @@ _F_h = struct.Struct('>h')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class DescribedGroupMember:
-    member_id: str = ''
-    group_instance_id: str | None = None
-    client_id: str = ''
-    client_host: str = ''
-    member_metadata: bytes = b''
-    member_assignment: bytes = b''
+class DescribedGroupMember(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'member_metadata', 'member_assignment')
+    __slots__ = FIELDS
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+    def __init__(
+        self,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        client_id: str = '',
+        client_host: str = '',
+        member_metadata: bytes = b'',
+        member_assignment: bytes = b'',
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.member_metadata = member_metadata
+        self.member_assignment = member_assignment
 
 
-@dataclass(slots=True)
-class DescribedGroup:
-    error_code: int = 0
-    group_id: str = ''
-    group_state: str = ''
-    protocol_type: str = ''
-    protocol_data: str = ''
-    members: list[DescribedGroupMember] = field(default_factory=list)
-    authorized_operations: int = -2147483648
+class DescribedGroup(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations')
+    __slots__ = FIELDS
+    error_code: int
+    group_id: str
+    group_state: str
+    protocol_type: str
+    protocol_data: str
+    members: list[DescribedGroupMember]
+    authorized_operations: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        group_id: str = '',
+        group_state: str = '',
+        protocol_type: str = '',
+        protocol_data: str = '',
+        members: list[DescribedGroupMember] | Default = Default.FRESH,
+        authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.group_id = group_id
+        self.group_state = group_state
+        self.protocol_type = protocol_type
+        self.protocol_data = protocol_data
+        self.members = [] if members is Default.FRESH else members
+        self.authorized_operations = authorized_operations
 
 
-@dataclass(slots=True)
 class DescribeGroupsResponse(Message):
     """DescribeGroupsResponse (API key 15), versions 0-5."""
 
@@ -72,8 +106,18 @@ class DescribeGroupsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 5
-    throttle_time_ms: int = 0
-    groups: list[DescribedGroup] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'groups')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    groups: list[DescribedGroup]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is Default.FRESH else groups
 
 
 def _write_described_group_member_v0(out: bytearray, o: DescribedGroupMember) -> None:

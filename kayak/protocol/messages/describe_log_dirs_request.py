@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,13 +29,21 @@ from kayak.protocol.primitives import (
 __all__ = ['DescribableLogDirTopic', 'DescribeLogDirsRequest']
 
 
-@dataclass(slots=True)
-class DescribableLogDirTopic:
-    topic: str = ''
-    partitions: list[int] = field(default_factory=list)
+class DescribableLogDirTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DescribeLogDirsRequest(Message):
     """DescribeLogDirsRequest (API key 35), versions 0-4."""
 
@@ -46,7 +53,15 @@ class DescribeLogDirsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    topics: list[DescribableLogDirTopic] | None = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics',)
+    __slots__ = FIELDS
+    topics: list[DescribableLogDirTopic] | None
+
+    def __init__(
+        self,
+        topics: list[DescribableLogDirTopic] | Default | None = Default.FRESH,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_describable_log_dir_topic_v0(out: bytearray, o: DescribableLogDirTopic) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -36,30 +35,66 @@ _F_iqqo = struct.Struct('>iqq?')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
-class DescribeLogDirsPartition:
-    partition_index: int = 0
-    partition_size: int = 0
-    offset_lag: int = 0
-    is_future_key: bool = False
+class DescribeLogDirsPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'partition_size', 'offset_lag', 'is_future_key')
+    __slots__ = FIELDS
+    partition_index: int
+    partition_size: int
+    offset_lag: int
+    is_future_key: bool
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_size: int = 0,
+        offset_lag: int = 0,
+        is_future_key: bool = False,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_size = partition_size
+        self.offset_lag = offset_lag
+        self.is_future_key = is_future_key
 
 
-@dataclass(slots=True)
-class DescribeLogDirsTopic:
-    name: str = ''
-    partitions: list[DescribeLogDirsPartition] = field(default_factory=list)
+class DescribeLogDirsTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[DescribeLogDirsPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[DescribeLogDirsPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class DescribeLogDirsResult:
-    error_code: int = 0
-    log_dir: str = ''
-    topics: list[DescribeLogDirsTopic] = field(default_factory=list)
-    total_bytes: int = -1
-    usable_bytes: int = -1
+class DescribeLogDirsResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes')
+    __slots__ = FIELDS
+    error_code: int
+    log_dir: str
+    topics: list[DescribeLogDirsTopic]
+    total_bytes: int
+    usable_bytes: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        log_dir: str = '',
+        topics: list[DescribeLogDirsTopic] | Default = Default.FRESH,
+        total_bytes: int = -1,
+        usable_bytes: int = -1,
+    ) -> None:
+        self.error_code = error_code
+        self.log_dir = log_dir
+        self.topics = [] if topics is Default.FRESH else topics
+        self.total_bytes = total_bytes
+        self.usable_bytes = usable_bytes
 
 
-@dataclass(slots=True)
 class DescribeLogDirsResponse(Message):
     """DescribeLogDirsResponse (API key 35), versions 0-4."""
 
@@ -69,9 +104,21 @@ class DescribeLogDirsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    results: list[DescribeLogDirsResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    results: list[DescribeLogDirsResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results: list[DescribeLogDirsResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_describe_log_dirs_partition_v0(out: bytearray, o: DescribeLogDirsPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -27,13 +26,21 @@ from kayak.protocol.primitives import (
 __all__ = ['DescribeProducersRequest', 'TopicRequest']
 
 
-@dataclass(slots=True)
-class TopicRequest:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class TopicRequest(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
 class DescribeProducersRequest(Message):
     """DescribeProducersRequest (API key 61), versions 0-0."""
 
@@ -43,7 +50,15 @@ class DescribeProducersRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    topics: list[TopicRequest] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics',)
+    __slots__ = FIELDS
+    topics: list[TopicRequest]
+
+    def __init__(
+        self,
+        topics: list[TopicRequest] | Default = Default.FRESH,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_topic_request_v0(out: bytearray, o: TopicRequest) -> None:

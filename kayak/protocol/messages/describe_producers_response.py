@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,31 +32,69 @@ _F_ih = struct.Struct('>ih')
 _F_qiiqiq = struct.Struct('>qiiqiq')
 
 
-@dataclass(slots=True)
-class ProducerState:
-    producer_id: int = 0
-    producer_epoch: int = 0
-    last_sequence: int = -1
-    last_timestamp: int = -1
-    coordinator_epoch: int = 0
-    current_txn_start_offset: int = -1
+class ProducerState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('producer_id', 'producer_epoch', 'last_sequence', 'last_timestamp', 'coordinator_epoch', 'current_txn_start_offset')
+    __slots__ = FIELDS
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        last_sequence: int = -1,
+        last_timestamp: int = -1,
+        coordinator_epoch: int = 0,
+        current_txn_start_offset: int = -1,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_sequence = last_sequence
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_start_offset = current_txn_start_offset
 
 
-@dataclass(slots=True)
-class PartitionResponse:
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    active_producers: list[ProducerState] = field(default_factory=list)
+class PartitionResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'error_message', 'active_producers')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    active_producers: list[ProducerState]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        active_producers: list[ProducerState] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.active_producers = [] if active_producers is Default.FRESH else active_producers
 
 
-@dataclass(slots=True)
-class TopicResponse:
-    name: str = ''
-    partitions: list[PartitionResponse] = field(default_factory=list)
+class TopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[PartitionResponse]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[PartitionResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DescribeProducersResponse(Message):
     """DescribeProducersResponse (API key 61), versions 0-0."""
 
@@ -67,8 +104,18 @@ class DescribeProducersResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    topics: list[TopicResponse] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[TopicResponse]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[TopicResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_producer_state_v0(out: bytearray, o: ProducerState) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,18 +28,33 @@ __all__ = ['DescribeQuorumRequest', 'PartitionData', 'TopicData']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index',)
+    __slots__ = FIELDS
+    partition_index: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class DescribeQuorumRequest(Message):
     """DescribeQuorumRequest (API key 55), versions 0-2."""
 
@@ -50,7 +64,15 @@ class DescribeQuorumRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    topics: list[TopicData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics',)
+    __slots__ = FIELDS
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,47 +40,111 @@ _F_iqqq = struct.Struct('>iqqq')
 _F_qqq = struct.Struct('>qqq')
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    replica_id: int = 0
-    replica_directory_id: uuid.UUID = ZERO_UUID
-    log_end_offset: int = 0
-    last_fetch_timestamp: int = -1
-    last_caught_up_timestamp: int = -1
+class ReplicaState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('replica_id', 'replica_directory_id', 'log_end_offset', 'last_fetch_timestamp', 'last_caught_up_timestamp')
+    __slots__ = FIELDS
+    replica_id: int
+    replica_directory_id: uuid.UUID
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+
+    def __init__(
+        self,
+        replica_id: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+        log_end_offset: int = 0,
+        last_fetch_timestamp: int = -1,
+        last_caught_up_timestamp: int = -1,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_directory_id = replica_directory_id
+        self.log_end_offset = log_end_offset
+        self.last_fetch_timestamp = last_fetch_timestamp
+        self.last_caught_up_timestamp = last_caught_up_timestamp
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    leader_id: int = 0
-    leader_epoch: int = 0
-    high_watermark: int = 0
-    current_voters: list[ReplicaState] = field(default_factory=list)
-    observers: list[ReplicaState] = field(default_factory=list)
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    current_voters: list[ReplicaState]
+    observers: list[ReplicaState]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        high_watermark: int = 0,
+        current_voters: list[ReplicaState] | Default = Default.FRESH,
+        observers: list[ReplicaState] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.high_watermark = high_watermark
+        self.current_voters = [] if current_voters is Default.FRESH else current_voters
+        self.observers = [] if observers is Default.FRESH else observers
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class Listener:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class Listener(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
-class Node:
-    node_id: int = 0
-    listeners: list[Listener] = field(default_factory=list)
+class Node(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'listeners')
+    __slots__ = FIELDS
+    node_id: int
+    listeners: list[Listener]
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        listeners: list[Listener] | Default = Default.FRESH,
+    ) -> None:
+        self.node_id = node_id
+        self.listeners = [] if listeners is Default.FRESH else listeners
 
 
-@dataclass(slots=True)
 class DescribeQuorumResponse(Message):
     """DescribeQuorumResponse (API key 55), versions 0-2."""
 
@@ -91,10 +154,24 @@ class DescribeQuorumResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    topics: list[TopicData] = field(default_factory=list)
-    nodes: list[Node] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'topics', 'nodes')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    topics: list[TopicData]
+    nodes: list[Node]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        topics: list[TopicData] | Default = Default.FRESH,
+        nodes: list[Node] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is Default.FRESH else topics
+        self.nodes = [] if nodes is Default.FRESH else nodes
 
 
 def _write_replica_state_v0(out: bytearray, o: ReplicaState) -> None:

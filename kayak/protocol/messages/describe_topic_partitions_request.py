@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,18 +29,33 @@ __all__ = ['Cursor', 'DescribeTopicPartitionsRequest', 'TopicRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class TopicRequest:
-    name: str = ''
+class TopicRequest(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name',)
+    __slots__ = FIELDS
+    name: str
+
+    def __init__(
+        self,
+        name: str = '',
+    ) -> None:
+        self.name = name
 
 
-@dataclass(slots=True)
-class Cursor:
-    topic_name: str = ''
-    partition_index: int = 0
+class Cursor(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
 class DescribeTopicPartitionsRequest(Message):
     """DescribeTopicPartitionsRequest (API key 75), versions 0-0."""
 
@@ -51,9 +65,21 @@ class DescribeTopicPartitionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    topics: list[TopicRequest] = field(default_factory=list)
-    response_partition_limit: int = 2000
-    cursor: Cursor | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'response_partition_limit', 'cursor')
+    __slots__ = FIELDS
+    topics: list[TopicRequest]
+    response_partition_limit: int
+    cursor: Cursor | None
+
+    def __init__(
+        self,
+        topics: list[TopicRequest] | Default = Default.FRESH,
+        response_partition_limit: int = 2000,
+        cursor: Cursor | None = None,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.response_partition_limit = response_partition_limit
+        self.cursor = cursor
 
 
 def _write_topic_request_v0(out: bytearray, o: TopicRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,36 +38,84 @@ _F_i = struct.Struct('>i')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class DescribeTopicPartitionsResponsePartition:
-    error_code: int = 0
-    partition_index: int = 0
-    leader_id: int = 0
-    leader_epoch: int = -1
-    replica_nodes: list[int] = field(default_factory=list)
-    isr_nodes: list[int] = field(default_factory=list)
-    eligible_leader_replicas: list[int] | None = None
-    last_known_elr: list[int] | None = None
-    offline_replicas: list[int] = field(default_factory=list)
+class DescribeTopicPartitionsResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'eligible_leader_replicas', 'last_known_elr', 'offline_replicas')
+    __slots__ = FIELDS
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    eligible_leader_replicas: list[int] | None
+    last_known_elr: list[int] | None
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] | Default = Default.FRESH,
+        isr_nodes: list[int] | Default = Default.FRESH,
+        eligible_leader_replicas: list[int] | None = None,
+        last_known_elr: list[int] | None = None,
+        offline_replicas: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is Default.FRESH else replica_nodes
+        self.isr_nodes = [] if isr_nodes is Default.FRESH else isr_nodes
+        self.eligible_leader_replicas = eligible_leader_replicas
+        self.last_known_elr = last_known_elr
+        self.offline_replicas = [] if offline_replicas is Default.FRESH else offline_replicas
 
 
-@dataclass(slots=True)
-class DescribeTopicPartitionsResponseTopic:
-    error_code: int = 0
-    name: str | None = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    is_internal: bool = False
-    partitions: list[DescribeTopicPartitionsResponsePartition] = field(default_factory=list)
-    topic_authorized_operations: int = -2147483648
+class DescribeTopicPartitionsResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
+    __slots__ = FIELDS
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID
+    is_internal: bool
+    partitions: list[DescribeTopicPartitionsResponsePartition]
+    topic_authorized_operations: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[DescribeTopicPartitionsResponsePartition] | Default = Default.FRESH,
+        topic_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is Default.FRESH else partitions
+        self.topic_authorized_operations = topic_authorized_operations
 
 
-@dataclass(slots=True)
-class Cursor:
-    topic_name: str = ''
-    partition_index: int = 0
+class Cursor(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
 class DescribeTopicPartitionsResponse(Message):
     """DescribeTopicPartitionsResponse (API key 75), versions 0-0."""
 
@@ -78,9 +125,21 @@ class DescribeTopicPartitionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    topics: list[DescribeTopicPartitionsResponseTopic] = field(default_factory=list)
-    next_cursor: Cursor | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics', 'next_cursor')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[DescribeTopicPartitionsResponseTopic]
+    next_cursor: Cursor | None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DescribeTopicPartitionsResponseTopic] | Default = Default.FRESH,
+        next_cursor: Cursor | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
+        self.next_cursor = next_cursor
 
 
 def _write_describe_topic_partitions_response_partition_v0(out: bytearray, o: DescribeTopicPartitionsResponsePartition) -> None:

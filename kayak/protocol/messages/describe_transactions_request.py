@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -27,7 +26,6 @@ from kayak.protocol.primitives import (
 __all__ = ['DescribeTransactionsRequest']
 
 
-@dataclass(slots=True)
 class DescribeTransactionsRequest(Message):
     """DescribeTransactionsRequest (API key 65), versions 0-0."""
 
@@ -37,7 +35,15 @@ class DescribeTransactionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    transactional_ids: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_ids',)
+    __slots__ = FIELDS
+    transactional_ids: list[str]
+
+    def __init__(
+        self,
+        transactional_ids: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.transactional_ids = [] if transactional_ids is Default.FRESH else transactional_ids
 
 
 def _write_describe_transactions_request_v0(out: bytearray, o: DescribeTransactionsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,25 +31,54 @@ _F_i = struct.Struct('>i')
 _F_iqqh = struct.Struct('>iqqh')
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class TransactionState:
-    error_code: int = 0
-    transactional_id: str = ''
-    transaction_state: str = ''
-    transaction_timeout_ms: int = 0
-    transaction_start_time_ms: int = 0
-    producer_id: int = 0
-    producer_epoch: int = 0
-    topics: list[TopicData] = field(default_factory=list)
+class TransactionState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics')
+    __slots__ = FIELDS
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        transactional_id: str = '',
+        transaction_state: str = '',
+        transaction_timeout_ms: int = 0,
+        transaction_start_time_ms: int = 0,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.transactional_id = transactional_id
+        self.transaction_state = transaction_state
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_start_time_ms = transaction_start_time_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class DescribeTransactionsResponse(Message):
     """DescribeTransactionsResponse (API key 65), versions 0-0."""
 
@@ -60,8 +88,18 @@ class DescribeTransactionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    transaction_states: list[TransactionState] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'transaction_states')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    transaction_states: list[TransactionState]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        transaction_states: list[TransactionState] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = [] if transaction_states is Default.FRESH else transaction_states
 
 
 def _write_topic_data_v0(out: bytearray, o: TopicData) -> None:

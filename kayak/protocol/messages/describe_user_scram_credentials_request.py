@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -26,12 +25,18 @@ from kayak.protocol.primitives import (
 __all__ = ['DescribeUserScramCredentialsRequest', 'UserName']
 
 
-@dataclass(slots=True)
-class UserName:
-    name: str = ''
+class UserName(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name',)
+    __slots__ = FIELDS
+    name: str
+
+    def __init__(
+        self,
+        name: str = '',
+    ) -> None:
+        self.name = name
 
 
-@dataclass(slots=True)
 class DescribeUserScramCredentialsRequest(Message):
     """DescribeUserScramCredentialsRequest (API key 50), versions 0-0."""
 
@@ -41,7 +46,15 @@ class DescribeUserScramCredentialsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    users: list[UserName] | None = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('users',)
+    __slots__ = FIELDS
+    users: list[UserName] | None
+
+    def __init__(
+        self,
+        users: list[UserName] | Default | None = Default.FRESH,
+    ) -> None:
+        self.users = [] if users is Default.FRESH else users
 
 
 def _write_user_name_v0(out: bytearray, o: UserName) -> None:

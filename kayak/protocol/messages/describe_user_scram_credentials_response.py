@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,21 +32,42 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class CredentialInfo:
-    mechanism: int = 0
-    iterations: int = 0
+class CredentialInfo(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('mechanism', 'iterations')
+    __slots__ = FIELDS
+    mechanism: int
+    iterations: int
+
+    def __init__(
+        self,
+        mechanism: int = 0,
+        iterations: int = 0,
+    ) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
 
 
-@dataclass(slots=True)
-class DescribeUserScramCredentialsResult:
-    user: str = ''
-    error_code: int = 0
-    error_message: str | None = ''
-    credential_infos: list[CredentialInfo] = field(default_factory=list)
+class DescribeUserScramCredentialsResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('user', 'error_code', 'error_message', 'credential_infos')
+    __slots__ = FIELDS
+    user: str
+    error_code: int
+    error_message: str | None
+    credential_infos: list[CredentialInfo]
+
+    def __init__(
+        self,
+        user: str = '',
+        error_code: int = 0,
+        error_message: str | None = '',
+        credential_infos: list[CredentialInfo] | Default = Default.FRESH,
+    ) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.credential_infos = [] if credential_infos is Default.FRESH else credential_infos
 
 
-@dataclass(slots=True)
 class DescribeUserScramCredentialsResponse(Message):
     """DescribeUserScramCredentialsResponse (API key 50), versions 0-0."""
 
@@ -57,10 +77,24 @@ class DescribeUserScramCredentialsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    results: list[DescribeUserScramCredentialsResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        results: list[DescribeUserScramCredentialsResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_credential_info_v0(out: bytearray, o: CredentialInfo) -> None:

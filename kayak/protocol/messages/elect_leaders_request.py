@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,13 +33,21 @@ _F_b = struct.Struct('>b')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class TopicPartitions:
-    topic: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ElectLeadersRequest(Message):
     """ElectLeadersRequest (API key 43), versions 0-2."""
 
@@ -50,9 +57,21 @@ class ElectLeadersRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    election_type: int = 0
-    topic_partitions: list[TopicPartitions] | None = field(default_factory=list)
-    timeout_ms: int = 60000
+    FIELDS: ClassVar[tuple[str, ...]] = ('election_type', 'topic_partitions', 'timeout_ms')
+    __slots__ = FIELDS
+    election_type: int
+    topic_partitions: list[TopicPartitions] | None
+    timeout_ms: int
+
+    def __init__(
+        self,
+        election_type: int = 0,
+        topic_partitions: list[TopicPartitions] | Default | None = Default.FRESH,
+        timeout_ms: int = 60000,
+    ) -> None:
+        self.election_type = election_type
+        self.topic_partitions = [] if topic_partitions is Default.FRESH else topic_partitions
+        self.timeout_ms = timeout_ms
 
 
 def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:

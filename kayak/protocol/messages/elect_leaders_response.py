@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,20 +36,39 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    partition_id: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
+class PartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_id', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    partition_id: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        partition_id: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.partition_id = partition_id
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
-class ReplicaElectionResult:
-    topic: str = ''
-    partition_result: list[PartitionResult] = field(default_factory=list)
+class ReplicaElectionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partition_result')
+    __slots__ = FIELDS
+    topic: str
+    partition_result: list[PartitionResult]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partition_result: list[PartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partition_result = [] if partition_result is Default.FRESH else partition_result
 
 
-@dataclass(slots=True)
 class ElectLeadersResponse(Message):
     """ElectLeadersResponse (API key 43), versions 0-2."""
 
@@ -60,9 +78,21 @@ class ElectLeadersResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'replica_election_results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    replica_election_results: list[ReplicaElectionResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        replica_election_results: list[ReplicaElectionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = [] if replica_election_results is Default.FRESH else replica_election_results
 
 
 def _write_partition_result_v0(out: bytearray, o: PartitionResult) -> None:

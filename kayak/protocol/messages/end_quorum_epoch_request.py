@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,35 +40,78 @@ _F_i = struct.Struct('>i')
 _F_iii = struct.Struct('>iii')
 
 
-@dataclass(slots=True)
-class ReplicaInfo:
-    candidate_id: int = 0
-    candidate_directory_id: uuid.UUID = ZERO_UUID
+class ReplicaInfo(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('candidate_id', 'candidate_directory_id')
+    __slots__ = FIELDS
+    candidate_id: int
+    candidate_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        candidate_id: int = 0,
+        candidate_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    leader_id: int = 0
-    leader_epoch: int = 0
-    preferred_successors: list[int] = field(default_factory=list)
-    preferred_candidates: list[ReplicaInfo] = field(default_factory=list)
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'leader_id', 'leader_epoch', 'preferred_successors', 'preferred_candidates')
+    __slots__ = FIELDS
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: list[int]
+    preferred_candidates: list[ReplicaInfo]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        preferred_successors: list[int] | Default = Default.FRESH,
+        preferred_candidates: list[ReplicaInfo] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.preferred_successors = [] if preferred_successors is Default.FRESH else preferred_successors
+        self.preferred_candidates = [] if preferred_candidates is Default.FRESH else preferred_candidates
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class LeaderEndpoint:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class LeaderEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class EndQuorumEpochRequest(Message):
     """EndQuorumEpochRequest (API key 54), versions 0-1."""
 
@@ -79,9 +121,21 @@ class EndQuorumEpochRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    cluster_id: str | None = None
-    topics: list[TopicData] = field(default_factory=list)
-    leader_endpoints: list[LeaderEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'topics', 'leader_endpoints')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    topics: list[TopicData]
+    leader_endpoints: list[LeaderEndpoint]
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        topics: list[TopicData] | Default = Default.FRESH,
+        leader_endpoints: list[LeaderEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.topics = [] if topics is Default.FRESH else topics
+        self.leader_endpoints = [] if leader_endpoints is Default.FRESH else leader_endpoints
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['EndTxnRequest']
 _F_qho = struct.Struct('>qh?')
 
 
-@dataclass(slots=True)
 class EndTxnRequest(Message):
     """EndTxnRequest (API key 26), versions 0-5."""
 
@@ -39,10 +37,24 @@ class EndTxnRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    transactional_id: str = ''
-    producer_id: int = 0
-    producer_epoch: int = 0
-    committed: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'producer_id', 'producer_epoch', 'committed')
+    __slots__ = FIELDS
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        committed: bool = False,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.committed = committed
 
 
 def _write_end_txn_request_v0(out: bytearray, o: EndTxnRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ _F_ih = struct.Struct('>ih')
 _F_ihqh = struct.Struct('>ihqh')
 
 
-@dataclass(slots=True)
 class EndTxnResponse(Message):
     """EndTxnResponse (API key 26), versions 0-5."""
 
@@ -36,10 +34,24 @@ class EndTxnResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    producer_id: int = -1
-    producer_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
 
 
 def _write_end_txn_response_v0(out: bytearray, o: EndTxnResponse) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ from kayak.protocol.primitives import (
 __all__ = ['EnvelopeRequest']
 
 
-@dataclass(slots=True)
 class EnvelopeRequest(Message):
     """EnvelopeRequest (API key 58), versions 0-0."""
 
@@ -36,9 +34,21 @@ class EnvelopeRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    request_data: bytes = b''
-    request_principal: bytes | None = b''
-    client_host_address: bytes = b''
+    FIELDS: ClassVar[tuple[str, ...]] = ('request_data', 'request_principal', 'client_host_address')
+    __slots__ = FIELDS
+    request_data: bytes
+    request_principal: bytes | None
+    client_host_address: bytes
+
+    def __init__(
+        self,
+        request_data: bytes = b'',
+        request_principal: bytes | None = b'',
+        client_host_address: bytes = b'',
+    ) -> None:
+        self.request_data = request_data
+        self.request_principal = request_principal
+        self.client_host_address = client_host_address
 
 
 def _write_envelope_request_v0(out: bytearray, o: EnvelopeRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -27,7 +26,6 @@ __all__ = ['EnvelopeResponse']
 _F_h = struct.Struct('>h')
 
 
-@dataclass(slots=True)
 class EnvelopeResponse(Message):
     """EnvelopeResponse (API key 58), versions 0-0."""
 
@@ -37,8 +35,18 @@ class EnvelopeResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    response_data: bytes | None = None
-    error_code: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('response_data', 'error_code')
+    __slots__ = FIELDS
+    response_data: bytes | None
+    error_code: int
+
+    def __init__(
+        self,
+        response_data: bytes | None = None,
+        error_code: int = 0,
+    ) -> None:
+        self.response_data = response_data
+        self.error_code = error_code
 
 
 def _write_envelope_response_v0(out: bytearray, o: EnvelopeResponse) -> None:

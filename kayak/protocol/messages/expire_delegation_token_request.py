@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['ExpireDelegationTokenRequest']
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
 class ExpireDelegationTokenRequest(Message):
     """ExpireDelegationTokenRequest (API key 40), versions 0-2."""
 
@@ -39,8 +37,18 @@ class ExpireDelegationTokenRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    hmac: bytes = b''
-    expiry_time_period_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('hmac', 'expiry_time_period_ms')
+    __slots__ = FIELDS
+    hmac: bytes
+    expiry_time_period_ms: int
+
+    def __init__(
+        self,
+        hmac: bytes = b'',
+        expiry_time_period_ms: int = 0,
+    ) -> None:
+        self.hmac = hmac
+        self.expiry_time_period_ms = expiry_time_period_ms
 
 
 def _write_expire_delegation_token_request_v0(out: bytearray, o: ExpireDelegationTokenRequest) -> None:

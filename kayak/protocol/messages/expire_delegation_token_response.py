@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['ExpireDelegationTokenResponse']
 _F_hqi = struct.Struct('>hqi')
 
 
-@dataclass(slots=True)
 class ExpireDelegationTokenResponse(Message):
     """ExpireDelegationTokenResponse (API key 40), versions 0-2."""
 
@@ -35,9 +33,21 @@ class ExpireDelegationTokenResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    error_code: int = 0
-    expiry_timestamp_ms: int = 0
-    throttle_time_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms')
+    __slots__ = FIELDS
+    error_code: int
+    expiry_timestamp_ms: int
+    throttle_time_ms: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        expiry_timestamp_ms: int = 0,
+        throttle_time_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
 
 
 def _write_expire_delegation_token_response_v0(out: bytearray, o: ExpireDelegationTokenResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -50,38 +49,87 @@ _F_iqi = struct.Struct('>iqi')
 _F_iqqi = struct.Struct('>iqqi')
 
 
-@dataclass(slots=True)
-class ReplicaState:
-    replica_id: int = -1
-    replica_epoch: int = -1
+class ReplicaState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('replica_id', 'replica_epoch')
+    __slots__ = FIELDS
+    replica_id: int
+    replica_epoch: int
+
+    def __init__(
+        self,
+        replica_id: int = -1,
+        replica_epoch: int = -1,
+    ) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
 
 
-@dataclass(slots=True)
-class FetchPartition:
-    partition: int = 0
-    current_leader_epoch: int = -1
-    fetch_offset: int = 0
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1
-    partition_max_bytes: int = 0
-    replica_directory_id: uuid.UUID = ZERO_UUID
+class FetchPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id')
+    __slots__ = FIELDS
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+    replica_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        fetch_offset: int = 0,
+        last_fetched_epoch: int = -1,
+        log_start_offset: int = -1,
+        partition_max_bytes: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.replica_directory_id = replica_directory_id
 
 
-@dataclass(slots=True)
-class FetchTopic:
-    topic: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[FetchPartition] = field(default_factory=list)
+class FetchTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[FetchPartition]
+
+    def __init__(
+        self,
+        topic: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[FetchPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class ForgottenTopic:
-    topic: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class ForgottenTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class FetchRequest(Message):
     """FetchRequest (API key 1), versions 0-17."""
 
@@ -91,18 +139,48 @@ class FetchRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 17
     FLEXIBLE_VERSION: ClassVar[int | None] = 12
-    cluster_id: str | None = None
-    replica_id: int = -1
-    replica_state: ReplicaState = field(default_factory=ReplicaState)
-    max_wait_ms: int = 0
-    min_bytes: int = 0
-    max_bytes: int = 2147483647
-    isolation_level: int = 0
-    session_id: int = 0
-    session_epoch: int = -1
-    topics: list[FetchTopic] = field(default_factory=list)
-    forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
-    rack_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'replica_id', 'replica_state', 'max_wait_ms', 'min_bytes', 'max_bytes', 'isolation_level', 'session_id', 'session_epoch', 'topics', 'forgotten_topics_data', 'rack_id')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    replica_id: int
+    replica_state: ReplicaState
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]
+    rack_id: str
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        replica_state: ReplicaState | Default = Default.FRESH,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        isolation_level: int = 0,
+        session_id: int = 0,
+        session_epoch: int = -1,
+        topics: list[FetchTopic] | Default = Default.FRESH,
+        forgotten_topics_data: list[ForgottenTopic] | Default = Default.FRESH,
+        rack_id: str = '',
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.replica_state = ReplicaState() if replica_state is Default.FRESH else replica_state
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = [] if topics is Default.FRESH else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is Default.FRESH else forgotten_topics_data
+        self.rack_id = rack_id
 
 
 def _write_fetch_partition_v0(out: bytearray, o: FetchPartition) -> None:

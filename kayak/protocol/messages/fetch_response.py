@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -52,61 +51,147 @@ _F_qi = struct.Struct('>qi')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
-class EpochEndOffset:
-    epoch: int = -1
-    end_offset: int = -1
+class EpochEndOffset(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('epoch', 'end_offset')
+    __slots__ = FIELDS
+    epoch: int
+    end_offset: int
+
+    def __init__(
+        self,
+        epoch: int = -1,
+        end_offset: int = -1,
+    ) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
-    leader_id: int = -1
-    leader_epoch: int = -1
+class LeaderIdAndEpoch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class SnapshotId:
-    end_offset: int = -1
-    epoch: int = -1
+class SnapshotId(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('end_offset', 'epoch')
+    __slots__ = FIELDS
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        end_offset: int = -1,
+        epoch: int = -1,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
 
 
-@dataclass(slots=True)
-class AbortedTransaction:
-    producer_id: int = 0
-    first_offset: int = 0
+class AbortedTransaction(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('producer_id', 'first_offset')
+    __slots__ = FIELDS
+    producer_id: int
+    first_offset: int
+
+    def __init__(
+        self,
+        producer_id: int = 0,
+        first_offset: int = 0,
+    ) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    high_watermark: int = 0
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    diverging_epoch: EpochEndOffset = field(default_factory=EpochEndOffset)
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
-    aborted_transactions: list[AbortedTransaction] | None = field(default_factory=list)
-    preferred_read_replica: int = -1
-    records: Records | None = None
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'high_watermark', 'last_stable_offset', 'log_start_offset', 'diverging_epoch', 'current_leader', 'snapshot_id', 'aborted_transactions', 'preferred_read_replica', 'records')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    diverging_epoch: EpochEndOffset
+    current_leader: LeaderIdAndEpoch
+    snapshot_id: SnapshotId
+    aborted_transactions: list[AbortedTransaction] | None
+    preferred_read_replica: int
+    records: Records | None
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        high_watermark: int = 0,
+        last_stable_offset: int = -1,
+        log_start_offset: int = -1,
+        diverging_epoch: EpochEndOffset | Default = Default.FRESH,
+        current_leader: LeaderIdAndEpoch | Default = Default.FRESH,
+        snapshot_id: SnapshotId | Default = Default.FRESH,
+        aborted_transactions: list[AbortedTransaction] | Default | None = Default.FRESH,
+        preferred_read_replica: int = -1,
+        records: Records | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.diverging_epoch = EpochEndOffset() if diverging_epoch is Default.FRESH else diverging_epoch
+        self.current_leader = LeaderIdAndEpoch() if current_leader is Default.FRESH else current_leader
+        self.snapshot_id = SnapshotId() if snapshot_id is Default.FRESH else snapshot_id
+        self.aborted_transactions = [] if aborted_transactions is Default.FRESH else aborted_transactions
+        self.preferred_read_replica = preferred_read_replica
+        self.records = records
 
 
-@dataclass(slots=True)
-class FetchableTopicResponse:
-    topic: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class FetchableTopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class FetchResponse(Message):
     """FetchResponse (API key 1), versions 0-17."""
 
@@ -116,11 +201,27 @@ class FetchResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 17
     FLEXIBLE_VERSION: ClassVar[int | None] = 12
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    session_id: int = 0
-    responses: list[FetchableTopicResponse] = field(default_factory=list)
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: list[FetchableTopicResponse]
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        session_id: int = 0,
+        responses: list[FetchableTopicResponse] | Default = Default.FRESH,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = [] if responses is Default.FRESH else responses
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,28 +38,60 @@ _F_q = struct.Struct('>q')
 _F_qi = struct.Struct('>qi')
 
 
-@dataclass(slots=True)
-class SnapshotId:
-    end_offset: int = 0
-    epoch: int = 0
+class SnapshotId(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('end_offset', 'epoch')
+    __slots__ = FIELDS
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        end_offset: int = 0,
+        epoch: int = 0,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
 
 
-@dataclass(slots=True)
-class PartitionSnapshot:
-    partition: int = 0
-    current_leader_epoch: int = 0
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
-    position: int = 0
-    replica_directory_id: uuid.UUID = ZERO_UUID
+class PartitionSnapshot(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'current_leader_epoch', 'snapshot_id', 'position', 'replica_directory_id')
+    __slots__ = FIELDS
+    partition: int
+    current_leader_epoch: int
+    snapshot_id: SnapshotId
+    position: int
+    replica_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = 0,
+        snapshot_id: SnapshotId | Default = Default.FRESH,
+        position: int = 0,
+        replica_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.snapshot_id = SnapshotId() if snapshot_id is Default.FRESH else snapshot_id
+        self.position = position
+        self.replica_directory_id = replica_directory_id
 
 
-@dataclass(slots=True)
-class TopicSnapshot:
-    name: str = ''
-    partitions: list[PartitionSnapshot] = field(default_factory=list)
+class TopicSnapshot(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[PartitionSnapshot]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[PartitionSnapshot] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class FetchSnapshotRequest(Message):
     """FetchSnapshotRequest (API key 59), versions 0-1."""
 
@@ -70,10 +101,24 @@ class FetchSnapshotRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    cluster_id: str | None = None
-    replica_id: int = -1
-    max_bytes: int = 2147483647
-    topics: list[TopicSnapshot] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'replica_id', 'max_bytes', 'topics')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    replica_id: int
+    max_bytes: int
+    topics: list[TopicSnapshot]
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        max_bytes: int = 2147483647,
+        topics: list[TopicSnapshot] | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_snapshot_id_v0(out: bytearray, o: SnapshotId) -> None:

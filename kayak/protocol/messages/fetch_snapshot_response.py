@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -40,43 +39,99 @@ _F_qi = struct.Struct('>qi')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
-class SnapshotId:
-    end_offset: int = 0
-    epoch: int = 0
+class SnapshotId(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('end_offset', 'epoch')
+    __slots__ = FIELDS
+    end_offset: int
+    epoch: int
+
+    def __init__(
+        self,
+        end_offset: int = 0,
+        epoch: int = 0,
+    ) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
-    leader_id: int = 0
-    leader_epoch: int = 0
+class LeaderIdAndEpoch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class PartitionSnapshot:
-    index: int = 0
-    error_code: int = 0
-    snapshot_id: SnapshotId = field(default_factory=SnapshotId)
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
-    size: int = 0
-    position: int = 0
-    unaligned_records: Records | None = None
+class PartitionSnapshot(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('index', 'error_code', 'snapshot_id', 'current_leader', 'size', 'position', 'unaligned_records')
+    __slots__ = FIELDS
+    index: int
+    error_code: int
+    snapshot_id: SnapshotId
+    current_leader: LeaderIdAndEpoch
+    size: int
+    position: int
+    unaligned_records: Records | None
+
+    def __init__(
+        self,
+        index: int = 0,
+        error_code: int = 0,
+        snapshot_id: SnapshotId | Default = Default.FRESH,
+        current_leader: LeaderIdAndEpoch | Default = Default.FRESH,
+        size: int = 0,
+        position: int = 0,
+        unaligned_records: Records | None = None,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.snapshot_id = SnapshotId() if snapshot_id is Default.FRESH else snapshot_id
+        self.current_leader = LeaderIdAndEpoch() if current_leader is Default.FRESH else current_leader
+        self.size = size
+        self.position = position
+        self.unaligned_records = unaligned_records
 
 
-@dataclass(slots=True)
-class TopicSnapshot:
-    name: str = ''
-    partitions: list[PartitionSnapshot] = field(default_factory=list)
+class TopicSnapshot(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[PartitionSnapshot]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[PartitionSnapshot] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class FetchSnapshotResponse(Message):
     """FetchSnapshotResponse (API key 59), versions 0-1."""
 
@@ -86,10 +141,24 @@ class FetchSnapshotResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    topics: list[TopicSnapshot] = field(default_factory=list)
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'topics', 'node_endpoints')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    topics: list[TopicSnapshot]
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[TopicSnapshot] | Default = Default.FRESH,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is Default.FRESH else topics
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_snapshot_id_v0(out: bytearray, o: SnapshotId) -> None:

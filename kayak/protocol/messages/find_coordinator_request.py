@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,7 +31,6 @@ __all__ = ['FindCoordinatorRequest']
 _F_b = struct.Struct('>b')
 
 
-@dataclass(slots=True)
 class FindCoordinatorRequest(Message):
     """FindCoordinatorRequest (API key 10), versions 0-6."""
 
@@ -42,9 +40,21 @@ class FindCoordinatorRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    key: str = ''
-    key_type: int = 0
-    coordinator_keys: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('key', 'key_type', 'coordinator_keys')
+    __slots__ = FIELDS
+    key: str
+    key_type: int
+    coordinator_keys: list[str]
+
+    def __init__(
+        self,
+        key: str = '',
+        key_type: int = 0,
+        coordinator_keys: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.key = key
+        self.key_type = key_type
+        self.coordinator_keys = [] if coordinator_keys is Default.FRESH else coordinator_keys
 
 
 def _write_find_coordinator_request_v0(out: bytearray, o: FindCoordinatorRequest) -> None:

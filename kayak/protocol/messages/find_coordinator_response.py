@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,17 +36,33 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class Coordinator:
-    key: str = ''
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
+class Coordinator(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('key', 'node_id', 'host', 'port', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        key: str = '',
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.key = key
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
 class FindCoordinatorResponse(Message):
     """FindCoordinatorResponse (API key 10), versions 0-6."""
 
@@ -57,13 +72,33 @@ class FindCoordinatorResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    coordinators: list[Coordinator] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'node_id', 'host', 'port', 'coordinators')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    node_id: int
+    host: str
+    port: int
+    coordinators: list[Coordinator]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        coordinators: list[Coordinator] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.coordinators = [] if coordinators is Default.FRESH else coordinators
 
 
 def _write_find_coordinator_response_v0(out: bytearray, o: FindCoordinatorResponse) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -24,7 +23,6 @@ from kayak.protocol.primitives import (
 __all__ = ['GetTelemetrySubscriptionsRequest']
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsRequest(Message):
     """GetTelemetrySubscriptionsRequest (API key 71), versions 0-0."""
 
@@ -34,7 +32,15 @@ class GetTelemetrySubscriptionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    client_instance_id: uuid.UUID = ZERO_UUID
+    FIELDS: ClassVar[tuple[str, ...]] = ('client_instance_id',)
+    __slots__ = FIELDS
+    client_instance_id: uuid.UUID
+
+    def __init__(
+        self,
+        client_instance_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.client_instance_id = client_instance_id
 
 
 def _write_get_telemetry_subscriptions_request_v0(out: bytearray, o: GetTelemetrySubscriptionsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,7 +34,6 @@ _F_ih = struct.Struct('>ih')
 _F_iio = struct.Struct('>ii?')
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsResponse(Message):
     """GetTelemetrySubscriptionsResponse (API key 71), versions 0-0."""
 
@@ -45,15 +43,39 @@ class GetTelemetrySubscriptionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    client_instance_id: uuid.UUID = ZERO_UUID
-    subscription_id: int = 0
-    accepted_compression_types: list[int] = field(default_factory=list)
-    push_interval_ms: int = 0
-    telemetry_max_bytes: int = 0
-    delta_temporality: bool = False
-    requested_metrics: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'client_instance_id', 'subscription_id', 'accepted_compression_types', 'push_interval_ms', 'telemetry_max_bytes', 'delta_temporality', 'requested_metrics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    client_instance_id: uuid.UUID
+    subscription_id: int
+    accepted_compression_types: list[int]
+    push_interval_ms: int
+    telemetry_max_bytes: int
+    delta_temporality: bool
+    requested_metrics: list[str]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_instance_id: uuid.UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        accepted_compression_types: list[int] | Default = Default.FRESH,
+        push_interval_ms: int = 0,
+        telemetry_max_bytes: int = 0,
+        delta_temporality: bool = False,
+        requested_metrics: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = [] if accepted_compression_types is Default.FRESH else accepted_compression_types
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = [] if requested_metrics is Default.FRESH else requested_metrics
 
 
 def _write_get_telemetry_subscriptions_response_v0(out: bytearray, o: GetTelemetrySubscriptionsResponse) -> None:

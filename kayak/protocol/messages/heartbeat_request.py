@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -33,7 +32,6 @@ __all__ = ['HeartbeatRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class HeartbeatRequest(Message):
     """HeartbeatRequest (API key 12), versions 0-4."""
 
@@ -43,10 +41,24 @@ class HeartbeatRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    group_id: str = ''
-    generation_id: int = 0
-    member_id: str = ''
-    group_instance_id: str | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'generation_id', 'member_id', 'group_instance_id')
+    __slots__ = FIELDS
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+    def __init__(
+        self,
+        group_id: str = '',
+        generation_id: int = 0,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
 
 
 def _write_heartbeat_request_v0(out: bytearray, o: HeartbeatRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
 class HeartbeatResponse(Message):
     """HeartbeatResponse (API key 12), versions 0-4."""
 
@@ -36,8 +34,18 @@ class HeartbeatResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    error_code: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
 
 
 def _write_heartbeat_response_v0(out: bytearray, o: HeartbeatResponse) -> None:

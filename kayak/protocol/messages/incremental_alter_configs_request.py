@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,21 +36,42 @@ _F_b = struct.Struct('>b')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class AlterableConfig:
-    name: str = ''
-    config_operation: int = 0
-    value: str | None = ''
+class AlterableConfig(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'config_operation', 'value')
+    __slots__ = FIELDS
+    name: str
+    config_operation: int
+    value: str | None
+
+    def __init__(
+        self,
+        name: str = '',
+        config_operation: int = 0,
+        value: str | None = '',
+    ) -> None:
+        self.name = name
+        self.config_operation = config_operation
+        self.value = value
 
 
-@dataclass(slots=True)
-class AlterConfigsResource:
-    resource_type: int = 0
-    resource_name: str = ''
-    configs: list[AlterableConfig] = field(default_factory=list)
+class AlterConfigsResource(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('resource_type', 'resource_name', 'configs')
+    __slots__ = FIELDS
+    resource_type: int
+    resource_name: str
+    configs: list[AlterableConfig]
+
+    def __init__(
+        self,
+        resource_type: int = 0,
+        resource_name: str = '',
+        configs: list[AlterableConfig] | Default = Default.FRESH,
+    ) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is Default.FRESH else configs
 
 
-@dataclass(slots=True)
 class IncrementalAlterConfigsRequest(Message):
     """IncrementalAlterConfigsRequest (API key 44), versions 0-1."""
 
@@ -61,8 +81,18 @@ class IncrementalAlterConfigsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    resources: list[AlterConfigsResource] = field(default_factory=list)
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('resources', 'validate_only')
+    __slots__ = FIELDS
+    resources: list[AlterConfigsResource]
+    validate_only: bool
+
+    def __init__(
+        self,
+        resources: list[AlterConfigsResource] | Default = Default.FRESH,
+        validate_only: bool = False,
+    ) -> None:
+        self.resources = [] if resources is Default.FRESH else resources
+        self.validate_only = validate_only
 
 
 def _write_alterable_config_v0(out: bytearray, o: AlterableConfig) -> None:

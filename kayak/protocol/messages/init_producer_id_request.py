@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -30,7 +29,6 @@ _F_i = struct.Struct('>i')
 _F_iqh = struct.Struct('>iqh')
 
 
-@dataclass(slots=True)
 class InitProducerIdRequest(Message):
     """InitProducerIdRequest (API key 22), versions 0-5."""
 
@@ -40,10 +38,24 @@ class InitProducerIdRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    transactional_id: str | None = ''
-    transaction_timeout_ms: int = 0
-    producer_id: int = -1
-    producer_epoch: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch')
+    __slots__ = FIELDS
+    transactional_id: str | None
+    transaction_timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+
+    def __init__(
+        self,
+        transactional_id: str | None = '',
+        transaction_timeout_ms: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
 
 
 def _write_init_producer_id_request_v0(out: bytearray, o: InitProducerIdRequest) -> None:

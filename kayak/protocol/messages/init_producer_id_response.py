@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['InitProducerIdResponse']
 _F_ihqh = struct.Struct('>ihqh')
 
 
-@dataclass(slots=True)
 class InitProducerIdResponse(Message):
     """InitProducerIdResponse (API key 22), versions 0-5."""
 
@@ -35,10 +33,24 @@ class InitProducerIdResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    producer_id: int = -1
-    producer_epoch: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = 0,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
 
 
 def _write_init_producer_id_response_v0(out: bytearray, o: InitProducerIdResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,20 +30,39 @@ __all__ = ['InitializeShareGroupStateRequest', 'InitializeStateData', 'Partition
 _F_iiq = struct.Struct('>iiq')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition: int = 0
-    state_epoch: int = 0
-    start_offset: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'state_epoch', 'start_offset')
+    __slots__ = FIELDS
+    partition: int
+    state_epoch: int
+    start_offset: int
+
+    def __init__(
+        self,
+        partition: int = 0,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
 
 
-@dataclass(slots=True)
-class InitializeStateData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class InitializeStateData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class InitializeShareGroupStateRequest(Message):
     """InitializeShareGroupStateRequest (API key 83), versions 0-0."""
 
@@ -54,8 +72,18 @@ class InitializeShareGroupStateRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    topics: list[InitializeStateData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[InitializeStateData]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[InitializeStateData] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,13 +40,21 @@ _F_i = struct.Struct('>i')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class JoinGroupRequestProtocol:
-    name: str = ''
-    metadata: bytes = b''
+class JoinGroupRequestProtocol(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'metadata')
+    __slots__ = FIELDS
+    name: str
+    metadata: bytes
+
+    def __init__(
+        self,
+        name: str = '',
+        metadata: bytes = b'',
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
 
 
-@dataclass(slots=True)
 class JoinGroupRequest(Message):
     """JoinGroupRequest (API key 11), versions 0-9."""
 
@@ -57,14 +64,36 @@ class JoinGroupRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    group_id: str = ''
-    session_timeout_ms: int = 0
-    rebalance_timeout_ms: int = -1
-    member_id: str = ''
-    group_instance_id: str | None = None
-    protocol_type: str = ''
-    protocols: list[JoinGroupRequestProtocol] = field(default_factory=list)
-    reason: str | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'session_timeout_ms', 'rebalance_timeout_ms', 'member_id', 'group_instance_id', 'protocol_type', 'protocols', 'reason')
+    __slots__ = FIELDS
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: list[JoinGroupRequestProtocol]
+    reason: str | None
+
+    def __init__(
+        self,
+        group_id: str = '',
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = -1,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        protocol_type: str = '',
+        protocols: list[JoinGroupRequestProtocol] | Default = Default.FRESH,
+        reason: str | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = [] if protocols is Default.FRESH else protocols
+        self.reason = reason
 
 
 def _write_join_group_request_protocol_v0(out: bytearray, o: JoinGroupRequestProtocol) -> None:

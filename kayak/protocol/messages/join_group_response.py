@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -43,14 +42,24 @@ _F_ihi = struct.Struct('>ihi')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class JoinGroupResponseMember:
-    member_id: str = ''
-    group_instance_id: str | None = None
-    metadata: bytes = b''
+class JoinGroupResponseMember(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'group_instance_id', 'metadata')
+    __slots__ = FIELDS
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+    def __init__(
+        self,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        metadata: bytes = b'',
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
 
 
-@dataclass(slots=True)
 class JoinGroupResponse(Message):
     """JoinGroupResponse (API key 11), versions 0-9."""
 
@@ -60,15 +69,39 @@ class JoinGroupResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = ''
-    leader: str = ''
-    skip_assignment: bool = False
-    member_id: str = ''
-    members: list[JoinGroupResponseMember] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'generation_id', 'protocol_type', 'protocol_name', 'leader', 'skip_assignment', 'member_id', 'members')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str
+    skip_assignment: bool
+    member_id: str
+    members: list[JoinGroupResponseMember]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        generation_id: int = -1,
+        protocol_type: str | None = None,
+        protocol_name: str | None = '',
+        leader: str = '',
+        skip_assignment: bool = False,
+        member_id: str = '',
+        members: list[JoinGroupResponseMember] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.member_id = member_id
+        self.members = [] if members is Default.FRESH else members
 
 
 def _write_join_group_response_member_v0(out: bytearray, o: JoinGroupResponseMember) -> None:

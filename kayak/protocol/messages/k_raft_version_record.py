@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['KRaftVersionRecord']
 _F_hh = struct.Struct('>hh')
 
 
-@dataclass(slots=True)
 class KRaftVersionRecord(Message):
     """KRaftVersionRecord, versions 0-0."""
 
@@ -35,8 +33,18 @@ class KRaftVersionRecord(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    version: int = 0
-    k_raft_version: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('version', 'k_raft_version')
+    __slots__ = FIELDS
+    version: int
+    k_raft_version: int
+
+    def __init__(
+        self,
+        version: int = 0,
+        k_raft_version: int = 0,
+    ) -> None:
+        self.version = version
+        self.k_raft_version = k_raft_version
 
 
 def _write_k_raft_version_record_v0(out: bytearray, o: KRaftVersionRecord) -> None:

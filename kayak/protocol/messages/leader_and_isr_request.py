@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -42,37 +41,87 @@ _F_o = struct.Struct('>?')
 _F_ob = struct.Struct('>?b')
 
 
-@dataclass(slots=True)
-class LeaderAndIsrPartitionState:
-    topic_name: str = ''
-    partition_index: int = 0
-    controller_epoch: int = 0
-    leader: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
-    partition_epoch: int = 0
-    replicas: list[int] = field(default_factory=list)
-    adding_replicas: list[int] = field(default_factory=list)
-    removing_replicas: list[int] = field(default_factory=list)
-    is_new: bool = False
-    leader_recovery_state: int = 0
+class LeaderAndIsrPartitionState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index', 'controller_epoch', 'leader', 'leader_epoch', 'isr', 'partition_epoch', 'replicas', 'adding_replicas', 'removing_replicas', 'is_new', 'leader_recovery_state')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+    is_new: bool
+    leader_recovery_state: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = Default.FRESH,
+        partition_epoch: int = 0,
+        replicas: list[int] | Default = Default.FRESH,
+        adding_replicas: list[int] | Default = Default.FRESH,
+        removing_replicas: list[int] | Default = Default.FRESH,
+        is_new: bool = False,
+        leader_recovery_state: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is Default.FRESH else isr
+        self.partition_epoch = partition_epoch
+        self.replicas = [] if replicas is Default.FRESH else replicas
+        self.adding_replicas = [] if adding_replicas is Default.FRESH else adding_replicas
+        self.removing_replicas = [] if removing_replicas is Default.FRESH else removing_replicas
+        self.is_new = is_new
+        self.leader_recovery_state = leader_recovery_state
 
 
-@dataclass(slots=True)
-class LeaderAndIsrTopicState:
-    topic_name: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
+class LeaderAndIsrTopicState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'topic_id', 'partition_states')
+    __slots__ = FIELDS
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[LeaderAndIsrPartitionState]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[LeaderAndIsrPartitionState] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is Default.FRESH else partition_states
 
 
-@dataclass(slots=True)
-class LeaderAndIsrLiveLeader:
-    broker_id: int = 0
-    host_name: str = ''
-    port: int = 0
+class LeaderAndIsrLiveLeader(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id', 'host_name', 'port')
+    __slots__ = FIELDS
+    broker_id: int
+    host_name: str
+    port: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        host_name: str = '',
+        port: int = 0,
+    ) -> None:
+        self.broker_id = broker_id
+        self.host_name = host_name
+        self.port = port
 
 
-@dataclass(slots=True)
 class LeaderAndIsrRequest(Message):
     """LeaderAndIsrRequest (API key 4), versions 0-7."""
 
@@ -82,14 +131,36 @@ class LeaderAndIsrRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    type: int = 0
-    ungrouped_partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)
-    topic_states: list[LeaderAndIsrTopicState] = field(default_factory=list)
-    live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('controller_id', 'is_k_raft_controller', 'controller_epoch', 'broker_epoch', 'type', 'ungrouped_partition_states', 'topic_states', 'live_leaders')
+    __slots__ = FIELDS
+    controller_id: int
+    is_k_raft_controller: bool
+    controller_epoch: int
+    broker_epoch: int
+    type: int
+    ungrouped_partition_states: list[LeaderAndIsrPartitionState]
+    topic_states: list[LeaderAndIsrTopicState]
+    live_leaders: list[LeaderAndIsrLiveLeader]
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        type: int = 0,
+        ungrouped_partition_states: list[LeaderAndIsrPartitionState] | Default = Default.FRESH,
+        topic_states: list[LeaderAndIsrTopicState] | Default = Default.FRESH,
+        live_leaders: list[LeaderAndIsrLiveLeader] | Default = Default.FRESH,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.type = type
+        self.ungrouped_partition_states = [] if ungrouped_partition_states is Default.FRESH else ungrouped_partition_states
+        self.topic_states = [] if topic_states is Default.FRESH else topic_states
+        self.live_leaders = [] if live_leaders is Default.FRESH else live_leaders
 
 
 def _write_leader_and_isr_partition_state_v0(out: bytearray, o: LeaderAndIsrPartitionState) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,20 +34,39 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class LeaderAndIsrPartitionError:
-    topic_name: str = ''
-    partition_index: int = 0
-    error_code: int = 0
+class LeaderAndIsrPartitionError(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index', 'error_code')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class LeaderAndIsrTopicError:
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
+class LeaderAndIsrTopicError(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partition_errors')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partition_errors: list[LeaderAndIsrPartitionError]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_errors: list[LeaderAndIsrPartitionError] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partition_errors = [] if partition_errors is Default.FRESH else partition_errors
 
 
-@dataclass(slots=True)
 class LeaderAndIsrResponse(Message):
     """LeaderAndIsrResponse (API key 4), versions 0-7."""
 
@@ -58,9 +76,21 @@ class LeaderAndIsrResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    error_code: int = 0
-    partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)
-    topics: list[LeaderAndIsrTopicError] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'partition_errors', 'topics')
+    __slots__ = FIELDS
+    error_code: int
+    partition_errors: list[LeaderAndIsrPartitionError]
+    topics: list[LeaderAndIsrTopicError]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[LeaderAndIsrPartitionError] | Default = Default.FRESH,
+        topics: list[LeaderAndIsrTopicError] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is Default.FRESH else partition_errors
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_leader_and_isr_partition_error_v0(out: bytearray, o: LeaderAndIsrPartitionError) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,13 +29,21 @@ _F_hi = struct.Struct('>hi')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class Voter:
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
+class Voter(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('voter_id', 'voter_directory_id')
+    __slots__ = FIELDS
+    voter_id: int
+    voter_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
 
 
-@dataclass(slots=True)
 class LeaderChangeMessage(Message):
     """LeaderChangeMessage, versions 0-1."""
 
@@ -46,10 +53,24 @@ class LeaderChangeMessage(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    version: int = 0
-    leader_id: int = 0
-    voters: list[Voter] = field(default_factory=list)
-    granting_voters: list[Voter] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('version', 'leader_id', 'voters', 'granting_voters')
+    __slots__ = FIELDS
+    version: int
+    leader_id: int
+    voters: list[Voter]
+    granting_voters: list[Voter]
+
+    def __init__(
+        self,
+        version: int = 0,
+        leader_id: int = 0,
+        voters: list[Voter] | Default = Default.FRESH,
+        granting_voters: list[Voter] | Default = Default.FRESH,
+    ) -> None:
+        self.version = version
+        self.leader_id = leader_id
+        self.voters = [] if voters is Default.FRESH else voters
+        self.granting_voters = [] if granting_voters is Default.FRESH else granting_voters
 
 
 def _write_voter_v0(out: bytearray, o: Voter) -> None:

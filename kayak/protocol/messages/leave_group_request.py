@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,14 +32,24 @@ from kayak.protocol.primitives import (
 __all__ = ['LeaveGroupRequest', 'MemberIdentity']
 
 
-@dataclass(slots=True)
-class MemberIdentity:
-    member_id: str = ''
-    group_instance_id: str | None = None
-    reason: str | None = None
+class MemberIdentity(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'group_instance_id', 'reason')
+    __slots__ = FIELDS
+    member_id: str
+    group_instance_id: str | None
+    reason: str | None
+
+    def __init__(
+        self,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.reason = reason
 
 
-@dataclass(slots=True)
 class LeaveGroupRequest(Message):
     """LeaveGroupRequest (API key 13), versions 0-5."""
 
@@ -50,9 +59,21 @@ class LeaveGroupRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    group_id: str = ''
-    member_id: str = ''
-    members: list[MemberIdentity] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'members')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+    members: list[MemberIdentity]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+        members: list[MemberIdentity] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.members = [] if members is Default.FRESH else members
 
 
 def _write_leave_group_request_v0(out: bytearray, o: LeaveGroupRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,14 +36,24 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class MemberResponse:
-    member_id: str = ''
-    group_instance_id: str | None = ''
-    error_code: int = 0
+class MemberResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'group_instance_id', 'error_code')
+    __slots__ = FIELDS
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        member_id: str = '',
+        group_instance_id: str | None = '',
+        error_code: int = 0,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
 class LeaveGroupResponse(Message):
     """LeaveGroupResponse (API key 13), versions 0-5."""
 
@@ -54,9 +63,21 @@ class LeaveGroupResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    members: list[MemberResponse] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'members')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    members: list[MemberResponse]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        members: list[MemberResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.members = [] if members is Default.FRESH else members
 
 
 def _write_leave_group_response_v0(out: bytearray, o: LeaveGroupResponse) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -22,7 +21,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ListClientMetricsResourcesRequest']
 
 
-@dataclass(slots=True)
 class ListClientMetricsResourcesRequest(Message):
     """ListClientMetricsResourcesRequest (API key 74), versions 0-0."""
 
@@ -32,6 +30,7 @@ class ListClientMetricsResourcesRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
+    __slots__ = ()
 
 
 def _write_list_client_metrics_resources_request_v0(out: bytearray, o: ListClientMetricsResourcesRequest) -> None:

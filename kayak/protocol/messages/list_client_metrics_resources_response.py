@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,12 +28,18 @@ __all__ = ['ClientMetricsResource', 'ListClientMetricsResourcesResponse']
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class ClientMetricsResource:
-    name: str = ''
+class ClientMetricsResource(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name',)
+    __slots__ = FIELDS
+    name: str
+
+    def __init__(
+        self,
+        name: str = '',
+    ) -> None:
+        self.name = name
 
 
-@dataclass(slots=True)
 class ListClientMetricsResourcesResponse(Message):
     """ListClientMetricsResourcesResponse (API key 74), versions 0-0."""
 
@@ -44,9 +49,21 @@ class ListClientMetricsResourcesResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    client_metrics_resources: list[ClientMetricsResource] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'client_metrics_resources')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    client_metrics_resources: list[ClientMetricsResource]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_metrics_resources: list[ClientMetricsResource] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_metrics_resources = [] if client_metrics_resources is Default.FRESH else client_metrics_resources
 
 
 def _write_client_metrics_resource_v0(out: bytearray, o: ClientMetricsResource) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -27,7 +26,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ListGroupsRequest']
 
 
-@dataclass(slots=True)
 class ListGroupsRequest(Message):
     """ListGroupsRequest (API key 16), versions 0-5."""
 
@@ -37,8 +35,18 @@ class ListGroupsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    states_filter: list[str] = field(default_factory=list)
-    types_filter: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('states_filter', 'types_filter')
+    __slots__ = FIELDS
+    states_filter: list[str]
+    types_filter: list[str]
+
+    def __init__(
+        self,
+        states_filter: list[str] | Default = Default.FRESH,
+        types_filter: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.states_filter = [] if states_filter is Default.FRESH else states_filter
+        self.types_filter = [] if types_filter is Default.FRESH else types_filter
 
 
 def _write_list_groups_request_v0(out: bytearray, o: ListGroupsRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,15 +32,27 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class ListedGroup:
-    group_id: str = ''
-    protocol_type: str = ''
-    group_state: str = ''
-    group_type: str = ''
+class ListedGroup(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'protocol_type', 'group_state', 'group_type')
+    __slots__ = FIELDS
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+        protocol_type: str = '',
+        group_state: str = '',
+        group_type: str = '',
+    ) -> None:
+        self.group_id = group_id
+        self.protocol_type = protocol_type
+        self.group_state = group_state
+        self.group_type = group_type
 
 
-@dataclass(slots=True)
 class ListGroupsResponse(Message):
     """ListGroupsResponse (API key 16), versions 0-5."""
 
@@ -51,9 +62,21 @@ class ListGroupsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    groups: list[ListedGroup] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'groups')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    groups: list[ListedGroup]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        groups: list[ListedGroup] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.groups = [] if groups is Default.FRESH else groups
 
 
 def _write_listed_group_v0(out: bytearray, o: ListedGroup) -> None:

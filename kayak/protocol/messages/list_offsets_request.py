@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -36,21 +35,42 @@ _F_iq = struct.Struct('>iq')
 _F_iqi = struct.Struct('>iqi')
 
 
-@dataclass(slots=True)
-class ListOffsetsPartition:
-    partition_index: int = 0
-    current_leader_epoch: int = -1
-    timestamp: int = 0
-    max_num_offsets: int = 1
+class ListOffsetsPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets')
+    __slots__ = FIELDS
+    partition_index: int
+    current_leader_epoch: int
+    timestamp: int
+    max_num_offsets: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        current_leader_epoch: int = -1,
+        timestamp: int = 0,
+        max_num_offsets: int = 1,
+    ) -> None:
+        self.partition_index = partition_index
+        self.current_leader_epoch = current_leader_epoch
+        self.timestamp = timestamp
+        self.max_num_offsets = max_num_offsets
 
 
-@dataclass(slots=True)
-class ListOffsetsTopic:
-    name: str = ''
-    partitions: list[ListOffsetsPartition] = field(default_factory=list)
+class ListOffsetsTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[ListOffsetsPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[ListOffsetsPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ListOffsetsRequest(Message):
     """ListOffsetsRequest (API key 2), versions 0-10."""
 
@@ -60,10 +80,24 @@ class ListOffsetsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    replica_id: int = 0
-    isolation_level: int = 0
-    topics: list[ListOffsetsTopic] = field(default_factory=list)
-    timeout_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('replica_id', 'isolation_level', 'topics', 'timeout_ms')
+    __slots__ = FIELDS
+    replica_id: int
+    isolation_level: int
+    topics: list[ListOffsetsTopic]
+    timeout_ms: int
+
+    def __init__(
+        self,
+        replica_id: int = 0,
+        isolation_level: int = 0,
+        topics: list[ListOffsetsTopic] | Default = Default.FRESH,
+        timeout_ms: int = 0,
+    ) -> None:
+        self.replica_id = replica_id
+        self.isolation_level = isolation_level
+        self.topics = [] if topics is Default.FRESH else topics
+        self.timeout_ms = timeout_ms
 
 
 def _write_list_offsets_partition_v0(out: bytearray, o: ListOffsetsPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -36,23 +35,48 @@ _F_ihqq = struct.Struct('>ihqq')
 _F_ihqqi = struct.Struct('>ihqqi')
 
 
-@dataclass(slots=True)
-class ListOffsetsPartitionResponse:
-    partition_index: int = 0
-    error_code: int = 0
-    old_style_offsets: list[int] = field(default_factory=list)
-    timestamp: int = -1
-    offset: int = -1
-    leader_epoch: int = -1
+class ListOffsetsPartitionResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    old_style_offsets: list[int]
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        old_style_offsets: list[int] | Default = Default.FRESH,
+        timestamp: int = -1,
+        offset: int = -1,
+        leader_epoch: int = -1,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.old_style_offsets = [] if old_style_offsets is Default.FRESH else old_style_offsets
+        self.timestamp = timestamp
+        self.offset = offset
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class ListOffsetsTopicResponse:
-    name: str = ''
-    partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
+class ListOffsetsTopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[ListOffsetsPartitionResponse]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[ListOffsetsPartitionResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ListOffsetsResponse(Message):
     """ListOffsetsResponse (API key 2), versions 0-10."""
 
@@ -62,8 +86,18 @@ class ListOffsetsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    throttle_time_ms: int = 0
-    topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[ListOffsetsTopicResponse]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[ListOffsetsTopicResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_list_offsets_partition_response_v0(out: bytearray, o: ListOffsetsPartitionResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,13 +29,21 @@ __all__ = ['ListPartitionReassignmentsRequest', 'ListPartitionReassignmentsTopic
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class ListPartitionReassignmentsTopics:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class ListPartitionReassignmentsTopics(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
 class ListPartitionReassignmentsRequest(Message):
     """ListPartitionReassignmentsRequest (API key 46), versions 0-0."""
 
@@ -46,8 +53,18 @@ class ListPartitionReassignmentsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    timeout_ms: int = 60000
-    topics: list[ListPartitionReassignmentsTopics] | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('timeout_ms', 'topics')
+    __slots__ = FIELDS
+    timeout_ms: int
+    topics: list[ListPartitionReassignmentsTopics] | None
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[ListPartitionReassignmentsTopics] | None = None,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
 
 
 def _write_list_partition_reassignments_topics_v0(out: bytearray, o: ListPartitionReassignmentsTopics) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,21 +32,42 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class OngoingPartitionReassignment:
-    partition_index: int = 0
-    replicas: list[int] = field(default_factory=list)
-    adding_replicas: list[int] = field(default_factory=list)
-    removing_replicas: list[int] = field(default_factory=list)
+class OngoingPartitionReassignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas')
+    __slots__ = FIELDS
+    partition_index: int
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        replicas: list[int] | Default = Default.FRESH,
+        adding_replicas: list[int] | Default = Default.FRESH,
+        removing_replicas: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.replicas = [] if replicas is Default.FRESH else replicas
+        self.adding_replicas = [] if adding_replicas is Default.FRESH else adding_replicas
+        self.removing_replicas = [] if removing_replicas is Default.FRESH else removing_replicas
 
 
-@dataclass(slots=True)
-class OngoingTopicReassignment:
-    name: str = ''
-    partitions: list[OngoingPartitionReassignment] = field(default_factory=list)
+class OngoingTopicReassignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OngoingPartitionReassignment]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OngoingPartitionReassignment] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ListPartitionReassignmentsResponse(Message):
     """ListPartitionReassignmentsResponse (API key 46), versions 0-0."""
 
@@ -57,10 +77,24 @@ class ListPartitionReassignmentsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    topics: list[OngoingTopicReassignment] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    topics: list[OngoingTopicReassignment]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        topics: list[OngoingTopicReassignment] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_ongoing_partition_reassignment_v0(out: bytearray, o: OngoingPartitionReassignment) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,7 +30,6 @@ __all__ = ['ListTransactionsRequest']
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
 class ListTransactionsRequest(Message):
     """ListTransactionsRequest (API key 66), versions 0-1."""
 
@@ -41,9 +39,21 @@ class ListTransactionsRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    state_filters: list[str] = field(default_factory=list)
-    producer_id_filters: list[int] = field(default_factory=list)
-    duration_filter: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('state_filters', 'producer_id_filters', 'duration_filter')
+    __slots__ = FIELDS
+    state_filters: list[str]
+    producer_id_filters: list[int]
+    duration_filter: int
+
+    def __init__(
+        self,
+        state_filters: list[str] | Default = Default.FRESH,
+        producer_id_filters: list[int] | Default = Default.FRESH,
+        duration_filter: int = -1,
+    ) -> None:
+        self.state_filters = [] if state_filters is Default.FRESH else state_filters
+        self.producer_id_filters = [] if producer_id_filters is Default.FRESH else producer_id_filters
+        self.duration_filter = duration_filter
 
 
 def _write_list_transactions_request_v0(out: bytearray, o: ListTransactionsRequest) -> None:

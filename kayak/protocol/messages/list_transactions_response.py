@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,14 +30,24 @@ _F_ih = struct.Struct('>ih')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class TransactionState:
-    transactional_id: str = ''
-    producer_id: int = 0
-    transaction_state: str = ''
+class TransactionState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'producer_id', 'transaction_state')
+    __slots__ = FIELDS
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        producer_id: int = 0,
+        transaction_state: str = '',
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.transaction_state = transaction_state
 
 
-@dataclass(slots=True)
 class ListTransactionsResponse(Message):
     """ListTransactionsResponse (API key 66), versions 0-1."""
 
@@ -48,10 +57,24 @@ class ListTransactionsResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    unknown_state_filters: list[str] = field(default_factory=list)
-    transaction_states: list[TransactionState] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'unknown_state_filters', 'transaction_states')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: list[str]
+    transaction_states: list[TransactionState]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_state_filters: list[str] | Default = Default.FRESH,
+        transaction_states: list[TransactionState] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = [] if unknown_state_filters is Default.FRESH else unknown_state_filters
+        self.transaction_states = [] if transaction_states is Default.FRESH else transaction_states
 
 
 def _write_transaction_state_v0(out: bytearray, o: TransactionState) -> None:

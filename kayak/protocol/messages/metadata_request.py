@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,13 +38,21 @@ _F_oo = struct.Struct('>??')
 _F_ooo = struct.Struct('>???')
 
 
-@dataclass(slots=True)
-class MetadataRequestTopic:
-    topic_id: uuid.UUID = ZERO_UUID
-    name: str | None = ''
+class MetadataRequestTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'name')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    name: str | None
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        name: str | None = '',
+    ) -> None:
+        self.topic_id = topic_id
+        self.name = name
 
 
-@dataclass(slots=True)
 class MetadataRequest(Message):
     """MetadataRequest (API key 3), versions 0-12."""
 
@@ -55,10 +62,24 @@ class MetadataRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
-    topics: list[MetadataRequestTopic] | None = field(default_factory=list)
-    allow_auto_topic_creation: bool = True
-    include_cluster_authorized_operations: bool = False
-    include_topic_authorized_operations: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations')
+    __slots__ = FIELDS
+    topics: list[MetadataRequestTopic] | None
+    allow_auto_topic_creation: bool
+    include_cluster_authorized_operations: bool
+    include_topic_authorized_operations: bool
+
+    def __init__(
+        self,
+        topics: list[MetadataRequestTopic] | Default | None = Default.FRESH,
+        allow_auto_topic_creation: bool = True,
+        include_cluster_authorized_operations: bool = False,
+        include_topic_authorized_operations: bool = False,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.include_topic_authorized_operations = include_topic_authorized_operations
 
 
 def _write_metadata_request_topic_v0(out: bytearray, o: MetadataRequestTopic) -> None:

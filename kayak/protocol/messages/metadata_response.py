@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -44,36 +43,84 @@ _F_i = struct.Struct('>i')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class MetadataResponseBroker:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class MetadataResponseBroker(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
-class MetadataResponsePartition:
-    error_code: int = 0
-    partition_index: int = 0
-    leader_id: int = 0
-    leader_epoch: int = -1
-    replica_nodes: list[int] = field(default_factory=list)
-    isr_nodes: list[int] = field(default_factory=list)
-    offline_replicas: list[int] = field(default_factory=list)
+class MetadataResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas')
+    __slots__ = FIELDS
+    error_code: int
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: list[int]
+    isr_nodes: list[int]
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_index: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = -1,
+        replica_nodes: list[int] | Default = Default.FRESH,
+        isr_nodes: list[int] | Default = Default.FRESH,
+        offline_replicas: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is Default.FRESH else replica_nodes
+        self.isr_nodes = [] if isr_nodes is Default.FRESH else isr_nodes
+        self.offline_replicas = [] if offline_replicas is Default.FRESH else offline_replicas
 
 
-@dataclass(slots=True)
-class MetadataResponseTopic:
-    error_code: int = 0
-    name: str | None = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    is_internal: bool = False
-    partitions: list[MetadataResponsePartition] = field(default_factory=list)
-    topic_authorized_operations: int = -2147483648
+class MetadataResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations')
+    __slots__ = FIELDS
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID
+    is_internal: bool
+    partitions: list[MetadataResponsePartition]
+    topic_authorized_operations: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        name: str | None = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        is_internal: bool = False,
+        partitions: list[MetadataResponsePartition] | Default = Default.FRESH,
+        topic_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is Default.FRESH else partitions
+        self.topic_authorized_operations = topic_authorized_operations
 
 
-@dataclass(slots=True)
 class MetadataResponse(Message):
     """MetadataResponse (API key 3), versions 0-12."""
 
@@ -83,12 +130,30 @@ class MetadataResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
-    throttle_time_ms: int = 0
-    brokers: list[MetadataResponseBroker] = field(default_factory=list)
-    cluster_id: str | None = None
-    controller_id: int = -1
-    topics: list[MetadataResponseTopic] = field(default_factory=list)
-    cluster_authorized_operations: int = -2147483648
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    brokers: list[MetadataResponseBroker]
+    cluster_id: str | None
+    controller_id: int
+    topics: list[MetadataResponseTopic]
+    cluster_authorized_operations: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        brokers: list[MetadataResponseBroker] | Default = Default.FRESH,
+        cluster_id: str | None = None,
+        controller_id: int = -1,
+        topics: list[MetadataResponseTopic] | Default = Default.FRESH,
+        cluster_authorized_operations: int = -2147483648,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.brokers = [] if brokers is Default.FRESH else brokers
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.topics = [] if topics is Default.FRESH else topics
+        self.cluster_authorized_operations = cluster_authorized_operations
 
 
 def _write_metadata_response_broker_v0(out: bytearray, o: MetadataResponseBroker) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -40,22 +39,45 @@ _F_iqq = struct.Struct('>iqq')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class OffsetCommitRequestPartition:
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    commit_timestamp: int = -1
-    committed_metadata: str | None = ''
+class OffsetCommitRequestPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata')
+    __slots__ = FIELDS
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    commit_timestamp: int
+    committed_metadata: str | None
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        commit_timestamp: int = -1,
+        committed_metadata: str | None = '',
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.commit_timestamp = commit_timestamp
+        self.committed_metadata = committed_metadata
 
 
-@dataclass(slots=True)
-class OffsetCommitRequestTopic:
-    name: str = ''
-    partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
+class OffsetCommitRequestTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetCommitRequestPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetCommitRequestPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetCommitRequest(Message):
     """OffsetCommitRequest (API key 8), versions 0-9."""
 
@@ -65,12 +87,30 @@ class OffsetCommitRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 8
-    group_id: str = ''
-    generation_id_or_member_epoch: int = -1
-    member_id: str = ''
-    group_instance_id: str | None = None
-    retention_time_ms: int = -1
-    topics: list[OffsetCommitRequestTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'retention_time_ms', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    generation_id_or_member_epoch: int
+    member_id: str
+    group_instance_id: str | None
+    retention_time_ms: int
+    topics: list[OffsetCommitRequestTopic]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        generation_id_or_member_epoch: int = -1,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        retention_time_ms: int = -1,
+        topics: list[OffsetCommitRequestTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.retention_time_ms = retention_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_offset_commit_request_partition_v0(out: bytearray, o: OffsetCommitRequestPartition) -> None:

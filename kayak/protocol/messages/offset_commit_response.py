@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,19 +32,36 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class OffsetCommitResponsePartition:
-    partition_index: int = 0
-    error_code: int = 0
+class OffsetCommitResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class OffsetCommitResponseTopic:
-    name: str = ''
-    partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
+class OffsetCommitResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetCommitResponsePartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetCommitResponsePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetCommitResponse(Message):
     """OffsetCommitResponse (API key 8), versions 0-9."""
 
@@ -55,8 +71,18 @@ class OffsetCommitResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 8
-    throttle_time_ms: int = 0
-    topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[OffsetCommitResponseTopic]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetCommitResponseTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_offset_commit_response_partition_v0(out: bytearray, o: OffsetCommitResponsePartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -28,18 +27,33 @@ __all__ = ['OffsetDeleteRequest', 'OffsetDeleteRequestPartition', 'OffsetDeleteR
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class OffsetDeleteRequestPartition:
-    partition_index: int = 0
+class OffsetDeleteRequestPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index',)
+    __slots__ = FIELDS
+    partition_index: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
-class OffsetDeleteRequestTopic:
-    name: str = ''
-    partitions: list[OffsetDeleteRequestPartition] = field(default_factory=list)
+class OffsetDeleteRequestTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetDeleteRequestPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetDeleteRequestPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetDeleteRequest(Message):
     """OffsetDeleteRequest (API key 47), versions 0-0."""
 
@@ -49,8 +63,18 @@ class OffsetDeleteRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
-    topics: list[OffsetDeleteRequestTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[OffsetDeleteRequestTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_offset_delete_request_partition_v0(out: bytearray, o: OffsetDeleteRequestPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,19 +28,36 @@ _F_hi = struct.Struct('>hi')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class OffsetDeleteResponsePartition:
-    partition_index: int = 0
-    error_code: int = 0
+class OffsetDeleteResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class OffsetDeleteResponseTopic:
-    name: str = ''
-    partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
+class OffsetDeleteResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetDeleteResponsePartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetDeleteResponsePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetDeleteResponse(Message):
     """OffsetDeleteResponse (API key 47), versions 0-0."""
 
@@ -51,9 +67,21 @@ class OffsetDeleteResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    error_code: int = 0
-    throttle_time_ms: int = 0
-    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    error_code: int
+    throttle_time_ms: int
+    topics: list[OffsetDeleteResponseTopic]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetDeleteResponseTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_offset_delete_response_partition_v0(out: bytearray, o: OffsetDeleteResponsePartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,27 +36,57 @@ _F_i = struct.Struct('>i')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class OffsetFetchRequestTopic:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class OffsetFetchRequestTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
-class OffsetFetchRequestTopics:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class OffsetFetchRequestTopics(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
-class OffsetFetchRequestGroup:
-    group_id: str = ''
-    member_id: str | None = None
-    member_epoch: int = -1
-    topics: list[OffsetFetchRequestTopics] | None = field(default_factory=list)
+class OffsetFetchRequestGroup(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'member_epoch', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str | None
+    member_epoch: int
+    topics: list[OffsetFetchRequestTopics] | None
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str | None = None,
+        member_epoch: int = -1,
+        topics: list[OffsetFetchRequestTopics] | Default | None = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class OffsetFetchRequest(Message):
     """OffsetFetchRequest (API key 9), versions 0-9."""
 
@@ -67,10 +96,24 @@ class OffsetFetchRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    group_id: str = ''
-    topics: list[OffsetFetchRequestTopic] | None = field(default_factory=list)
-    groups: list[OffsetFetchRequestGroup] = field(default_factory=list)
-    require_stable: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics', 'groups', 'require_stable')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[OffsetFetchRequestTopic] | None
+    groups: list[OffsetFetchRequestGroup]
+    require_stable: bool
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[OffsetFetchRequestTopic] | Default | None = Default.FRESH,
+        groups: list[OffsetFetchRequestGroup] | Default = Default.FRESH,
+        require_stable: bool = False,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
+        self.groups = [] if groups is Default.FRESH else groups
+        self.require_stable = require_stable
 
 
 def _write_offset_fetch_request_topic_v0(out: bytearray, o: OffsetFetchRequestTopic) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,44 +38,102 @@ _F_iq = struct.Struct('>iq')
 _F_iqi = struct.Struct('>iqi')
 
 
-@dataclass(slots=True)
-class OffsetFetchResponsePartition:
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    metadata: str | None = ''
-    error_code: int = 0
+class OffsetFetchResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = '',
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class OffsetFetchResponseTopic:
-    name: str = ''
-    partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
+class OffsetFetchResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetFetchResponsePartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetFetchResponsePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class OffsetFetchResponsePartitions:
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    metadata: str | None = ''
-    error_code: int = 0
+class OffsetFetchResponsePartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'metadata', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        metadata: str | None = '',
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class OffsetFetchResponseTopics:
-    name: str = ''
-    partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
+class OffsetFetchResponseTopics(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[OffsetFetchResponsePartitions]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[OffsetFetchResponsePartitions] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class OffsetFetchResponseGroup:
-    group_id: str = ''
-    topics: list[OffsetFetchResponseTopics] = field(default_factory=list)
-    error_code: int = 0
+class OffsetFetchResponseGroup(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics', 'error_code')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[OffsetFetchResponseTopics]
+    error_code: int
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[OffsetFetchResponseTopics] | Default = Default.FRESH,
+        error_code: int = 0,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
 class OffsetFetchResponse(Message):
     """OffsetFetchResponse (API key 9), versions 0-9."""
 
@@ -86,10 +143,24 @@ class OffsetFetchResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    throttle_time_ms: int = 0
-    topics: list[OffsetFetchResponseTopic] = field(default_factory=list)
-    error_code: int = 0
-    groups: list[OffsetFetchResponseGroup] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics', 'error_code', 'groups')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[OffsetFetchResponseTopic]
+    error_code: int
+    groups: list[OffsetFetchResponseGroup]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetFetchResponseTopic] | Default = Default.FRESH,
+        error_code: int = 0,
+        groups: list[OffsetFetchResponseGroup] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
+        self.error_code = error_code
+        self.groups = [] if groups is Default.FRESH else groups
 
 
 def _write_offset_fetch_response_partition_v0(out: bytearray, o: OffsetFetchResponsePartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,20 +33,39 @@ _F_ii = struct.Struct('>ii')
 _F_iii = struct.Struct('>iii')
 
 
-@dataclass(slots=True)
-class OffsetForLeaderPartition:
-    partition: int = 0
-    current_leader_epoch: int = -1
-    leader_epoch: int = 0
+class OffsetForLeaderPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'current_leader_epoch', 'leader_epoch')
+    __slots__ = FIELDS
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        partition: int = 0,
+        current_leader_epoch: int = -1,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class OffsetForLeaderTopic:
-    topic: str = ''
-    partitions: list[OffsetForLeaderPartition] = field(default_factory=list)
+class OffsetForLeaderTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[OffsetForLeaderPartition]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[OffsetForLeaderPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetForLeaderEpochRequest(Message):
     """OffsetForLeaderEpochRequest (API key 23), versions 0-4."""
 
@@ -57,8 +75,18 @@ class OffsetForLeaderEpochRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    replica_id: int = -2
-    topics: list[OffsetForLeaderTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('replica_id', 'topics')
+    __slots__ = FIELDS
+    replica_id: int
+    topics: list[OffsetForLeaderTopic]
+
+    def __init__(
+        self,
+        replica_id: int = -2,
+        topics: list[OffsetForLeaderTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.replica_id = replica_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_offset_for_leader_partition_v0(out: bytearray, o: OffsetForLeaderPartition) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,21 +33,42 @@ _F_hiq = struct.Struct('>hiq')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class EpochEndOffset:
-    error_code: int = 0
-    partition: int = 0
-    leader_epoch: int = -1
-    end_offset: int = -1
+class EpochEndOffset(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'partition', 'leader_epoch', 'end_offset')
+    __slots__ = FIELDS
+    error_code: int
+    partition: int
+    leader_epoch: int
+    end_offset: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition: int = 0,
+        leader_epoch: int = -1,
+        end_offset: int = -1,
+    ) -> None:
+        self.error_code = error_code
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.end_offset = end_offset
 
 
-@dataclass(slots=True)
-class OffsetForLeaderTopicResult:
-    topic: str = ''
-    partitions: list[EpochEndOffset] = field(default_factory=list)
+class OffsetForLeaderTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic', 'partitions')
+    __slots__ = FIELDS
+    topic: str
+    partitions: list[EpochEndOffset]
+
+    def __init__(
+        self,
+        topic: str = '',
+        partitions: list[EpochEndOffset] | Default = Default.FRESH,
+    ) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class OffsetForLeaderEpochResponse(Message):
     """OffsetForLeaderEpochResponse (API key 23), versions 0-4."""
 
@@ -58,8 +78,18 @@ class OffsetForLeaderEpochResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[OffsetForLeaderTopicResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetForLeaderTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_epoch_end_offset_v0(out: bytearray, o: EpochEndOffset) -> None:

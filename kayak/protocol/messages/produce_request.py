@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -41,19 +40,36 @@ _F_hi = struct.Struct('>hi')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class PartitionProduceData:
-    index: int = 0
-    records: Records | None = None
+class PartitionProduceData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('index', 'records')
+    __slots__ = FIELDS
+    index: int
+    records: Records | None
+
+    def __init__(
+        self,
+        index: int = 0,
+        records: Records | None = None,
+    ) -> None:
+        self.index = index
+        self.records = records
 
 
-@dataclass(slots=True)
-class TopicProduceData:
-    name: str = ''
-    partition_data: list[PartitionProduceData] = field(default_factory=list)
+class TopicProduceData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_data')
+    __slots__ = FIELDS
+    name: str
+    partition_data: list[PartitionProduceData]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_data: list[PartitionProduceData] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_data = [] if partition_data is Default.FRESH else partition_data
 
 
-@dataclass(slots=True)
 class ProduceRequest(Message):
     """ProduceRequest (API key 0), versions 0-11."""
 
@@ -63,10 +79,24 @@ class ProduceRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 11
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
-    transactional_id: str | None = None
-    acks: int = 0
-    timeout_ms: int = 0
-    topic_data: list[TopicProduceData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'acks', 'timeout_ms', 'topic_data')
+    __slots__ = FIELDS
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[TopicProduceData]
+
+    def __init__(
+        self,
+        transactional_id: str | None = None,
+        acks: int = 0,
+        timeout_ms: int = 0,
+        topic_data: list[TopicProduceData] | Default = Default.FRESH,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topic_data = [] if topic_data is Default.FRESH else topic_data
 
 
 def _write_partition_produce_data_v0(out: bytearray, o: PartitionProduceData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -44,45 +43,105 @@ _F_ihqqq = struct.Struct('>ihqqq')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class BatchIndexAndErrorMessage:
-    batch_index: int = 0
-    batch_index_error_message: str | None = None
+class BatchIndexAndErrorMessage(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('batch_index', 'batch_index_error_message')
+    __slots__ = FIELDS
+    batch_index: int
+    batch_index_error_message: str | None
+
+    def __init__(
+        self,
+        batch_index: int = 0,
+        batch_index_error_message: str | None = None,
+    ) -> None:
+        self.batch_index = batch_index
+        self.batch_index_error_message = batch_index_error_message
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
-    leader_id: int = -1
-    leader_epoch: int = -1
+class LeaderIdAndEpoch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class PartitionProduceResponse:
-    index: int = 0
-    error_code: int = 0
-    base_offset: int = 0
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    record_errors: list[BatchIndexAndErrorMessage] = field(default_factory=list)
-    error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+class PartitionProduceResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader')
+    __slots__ = FIELDS
+    index: int
+    error_code: int
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    record_errors: list[BatchIndexAndErrorMessage]
+    error_message: str | None
+    current_leader: LeaderIdAndEpoch
+
+    def __init__(
+        self,
+        index: int = 0,
+        error_code: int = 0,
+        base_offset: int = 0,
+        log_append_time_ms: int = -1,
+        log_start_offset: int = -1,
+        record_errors: list[BatchIndexAndErrorMessage] | Default = Default.FRESH,
+        error_message: str | None = None,
+        current_leader: LeaderIdAndEpoch | Default = Default.FRESH,
+    ) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.record_errors = [] if record_errors is Default.FRESH else record_errors
+        self.error_message = error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is Default.FRESH else current_leader
 
 
-@dataclass(slots=True)
-class TopicProduceResponse:
-    name: str = ''
-    partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
+class TopicProduceResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_responses')
+    __slots__ = FIELDS
+    name: str
+    partition_responses: list[PartitionProduceResponse]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_responses: list[PartitionProduceResponse] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_responses = [] if partition_responses is Default.FRESH else partition_responses
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class ProduceResponse(Message):
     """ProduceResponse (API key 0), versions 0-11."""
 
@@ -92,9 +151,21 @@ class ProduceResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 11
     FLEXIBLE_VERSION: ClassVar[int | None] = 9
-    responses: list[TopicProduceResponse] = field(default_factory=list)
-    throttle_time_ms: int = 0
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('responses', 'throttle_time_ms', 'node_endpoints')
+    __slots__ = FIELDS
+    responses: list[TopicProduceResponse]
+    throttle_time_ms: int
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        responses: list[TopicProduceResponse] | Default = Default.FRESH,
+        throttle_time_ms: int = 0,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.responses = [] if responses is Default.FRESH else responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_partition_produce_response_v0(out: bytearray, o: PartitionProduceResponse) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['PushTelemetryRequest']
 _F_iob = struct.Struct('>i?b')
 
 
-@dataclass(slots=True)
 class PushTelemetryRequest(Message):
     """PushTelemetryRequest (API key 72), versions 0-0."""
 
@@ -39,11 +37,27 @@ class PushTelemetryRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    client_instance_id: uuid.UUID = ZERO_UUID
-    subscription_id: int = 0
-    terminating: bool = False
-    compression_type: int = 0
-    metrics: bytes = b''
+    FIELDS: ClassVar[tuple[str, ...]] = ('client_instance_id', 'subscription_id', 'terminating', 'compression_type', 'metrics')
+    __slots__ = FIELDS
+    client_instance_id: uuid.UUID
+    subscription_id: int
+    terminating: bool
+    compression_type: int
+    metrics: bytes
+
+    def __init__(
+        self,
+        client_instance_id: uuid.UUID = ZERO_UUID,
+        subscription_id: int = 0,
+        terminating: bool = False,
+        compression_type: int = 0,
+        metrics: bytes = b'',
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
 
 
 def _write_push_telemetry_request_v0(out: bytearray, o: PushTelemetryRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['PushTelemetryResponse']
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
 class PushTelemetryResponse(Message):
     """PushTelemetryResponse (API key 72), versions 0-0."""
 
@@ -35,8 +33,18 @@ class PushTelemetryResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
 
 
 def _write_push_telemetry_response_v0(out: bytearray, o: PushTelemetryResponse) -> None:

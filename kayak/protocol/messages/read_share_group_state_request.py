@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -31,19 +30,36 @@ __all__ = ['PartitionData', 'ReadShareGroupStateRequest', 'ReadStateData']
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition: int = 0
-    leader_epoch: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'leader_epoch')
+    __slots__ = FIELDS
+    partition: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        partition: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class ReadStateData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class ReadStateData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateRequest(Message):
     """ReadShareGroupStateRequest (API key 84), versions 0-0."""
 
@@ -53,8 +69,18 @@ class ReadShareGroupStateRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    topics: list[ReadStateData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[ReadStateData]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[ReadStateData] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

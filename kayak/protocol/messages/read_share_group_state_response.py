@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,31 +32,69 @@ _F_iq = struct.Struct('>iq')
 _F_qqbh = struct.Struct('>qqbh')
 
 
-@dataclass(slots=True)
-class StateBatch:
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_state: int = 0
-    delivery_count: int = 0
+class StateBatch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('first_offset', 'last_offset', 'delivery_state', 'delivery_count')
+    __slots__ = FIELDS
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    state_epoch: int = 0
-    start_offset: int = 0
-    state_batches: list[StateBatch] = field(default_factory=list)
+class PartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'error_code', 'error_message', 'state_epoch', 'start_offset', 'state_batches')
+    __slots__ = FIELDS
+    partition: int
+    error_code: int
+    error_message: str | None
+    state_epoch: int
+    start_offset: int
+    state_batches: list[StateBatch]
+
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] | Default = Default.FRESH,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is Default.FRESH else state_batches
 
 
-@dataclass(slots=True)
-class ReadStateResult:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = field(default_factory=list)
+class ReadStateResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionResult]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateResponse(Message):
     """ReadShareGroupStateResponse (API key 84), versions 0-0."""
 
@@ -67,7 +104,15 @@ class ReadShareGroupStateResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    results: list[ReadStateResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('results',)
+    __slots__ = FIELDS
+    results: list[ReadStateResult]
+
+    def __init__(
+        self,
+        results: list[ReadStateResult] | Default = Default.FRESH,
+    ) -> None:
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_state_batch_v0(out: bytearray, o: StateBatch) -> None:

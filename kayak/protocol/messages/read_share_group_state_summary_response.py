@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,22 +31,45 @@ _F_ih = struct.Struct('>ih')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    state_epoch: int = 0
-    start_offset: int = 0
+class PartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'error_code', 'error_message', 'state_epoch', 'start_offset')
+    __slots__ = FIELDS
+    partition: int
+    error_code: int
+    error_message: str | None
+    state_epoch: int
+    start_offset: int
+
+    def __init__(
+        self,
+        partition: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        state_epoch: int = 0,
+        start_offset: int = 0,
+    ) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
 
 
-@dataclass(slots=True)
-class ReadStateSummaryResult:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = field(default_factory=list)
+class ReadStateSummaryResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionResult]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateSummaryResponse(Message):
     """ReadShareGroupStateSummaryResponse (API key 87), versions 0-0."""
 
@@ -57,7 +79,15 @@ class ReadShareGroupStateSummaryResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    results: list[ReadStateSummaryResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('results',)
+    __slots__ = FIELDS
+    results: list[ReadStateSummaryResult]
+
+    def __init__(
+        self,
+        results: list[ReadStateSummaryResult] | Default = Default.FRESH,
+    ) -> None:
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_partition_result_v0(out: bytearray, o: PartitionResult) -> None:

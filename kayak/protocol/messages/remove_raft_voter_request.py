@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['RemoveRaftVoterRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class RemoveRaftVoterRequest(Message):
     """RemoveRaftVoterRequest (API key 81), versions 0-0."""
 
@@ -39,9 +37,21 @@ class RemoveRaftVoterRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    cluster_id: str | None = ''
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'voter_id', 'voter_directory_id')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    voter_id: int
+    voter_directory_id: uuid.UUID
+
+    def __init__(
+        self,
+        cluster_id: str | None = '',
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
 
 
 def _write_remove_raft_voter_request_v0(out: bytearray, o: RemoveRaftVoterRequest) -> None:

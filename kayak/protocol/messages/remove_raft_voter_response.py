@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -27,7 +26,6 @@ __all__ = ['RemoveRaftVoterResponse']
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
 class RemoveRaftVoterResponse(Message):
     """RemoveRaftVoterResponse (API key 81), versions 0-0."""
 
@@ -37,9 +35,21 @@ class RemoveRaftVoterResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
 
 
 def _write_remove_raft_voter_response_v0(out: bytearray, o: RemoveRaftVoterResponse) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -29,7 +28,6 @@ __all__ = ['RenewDelegationTokenRequest']
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
 class RenewDelegationTokenRequest(Message):
     """RenewDelegationTokenRequest (API key 39), versions 0-2."""
 
@@ -39,8 +37,18 @@ class RenewDelegationTokenRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    hmac: bytes = b''
-    renew_period_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('hmac', 'renew_period_ms')
+    __slots__ = FIELDS
+    hmac: bytes
+    renew_period_ms: int
+
+    def __init__(
+        self,
+        hmac: bytes = b'',
+        renew_period_ms: int = 0,
+    ) -> None:
+        self.hmac = hmac
+        self.renew_period_ms = renew_period_ms
 
 
 def _write_renew_delegation_token_request_v0(out: bytearray, o: RenewDelegationTokenRequest) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -27,7 +26,6 @@ __all__ = ['RequestHeader']
 _F_hhi = struct.Struct('>hhi')
 
 
-@dataclass(slots=True)
 class RequestHeader(Message):
     """RequestHeader, versions 0-2."""
 
@@ -37,10 +35,24 @@ class RequestHeader(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    request_api_key: int = 0
-    request_api_version: int = 0
-    correlation_id: int = 0
-    client_id: str | None = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('request_api_key', 'request_api_version', 'correlation_id', 'client_id')
+    __slots__ = FIELDS
+    request_api_key: int
+    request_api_version: int
+    correlation_id: int
+    client_id: str | None
+
+    def __init__(
+        self,
+        request_api_key: int = 0,
+        request_api_version: int = 0,
+        correlation_id: int = 0,
+        client_id: str | None = '',
+    ) -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
 
 
 def _write_request_header_v0(out: bytearray, o: RequestHeader) -> None:

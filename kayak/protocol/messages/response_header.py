@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['ResponseHeader']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class ResponseHeader(Message):
     """ResponseHeader, versions 0-1."""
 
@@ -35,7 +33,15 @@ class ResponseHeader(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    correlation_id: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('correlation_id',)
+    __slots__ = FIELDS
+    correlation_id: int
+
+    def __init__(
+        self,
+        correlation_id: int = 0,
+    ) -> None:
+        self.correlation_id = correlation_id
 
 
 def _write_response_header_v0(out: bytearray, o: ResponseHeader) -> None:

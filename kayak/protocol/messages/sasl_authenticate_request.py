@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ from kayak.protocol.primitives import (
 __all__ = ['SaslAuthenticateRequest']
 
 
-@dataclass(slots=True)
 class SaslAuthenticateRequest(Message):
     """SaslAuthenticateRequest (API key 36), versions 0-2."""
 
@@ -36,7 +34,15 @@ class SaslAuthenticateRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    auth_bytes: bytes = b''
+    FIELDS: ClassVar[tuple[str, ...]] = ('auth_bytes',)
+    __slots__ = FIELDS
+    auth_bytes: bytes
+
+    def __init__(
+        self,
+        auth_bytes: bytes = b'',
+    ) -> None:
+        self.auth_bytes = auth_bytes
 
 
 def _write_sasl_authenticate_request_v0(out: bytearray, o: SaslAuthenticateRequest) -> None:

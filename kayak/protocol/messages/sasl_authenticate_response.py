@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -34,7 +33,6 @@ _F_h = struct.Struct('>h')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
 class SaslAuthenticateResponse(Message):
     """SaslAuthenticateResponse (API key 36), versions 0-2."""
 
@@ -44,10 +42,24 @@ class SaslAuthenticateResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    error_code: int = 0
-    error_message: str | None = ''
-    auth_bytes: bytes = b''
-    session_lifetime_ms: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms')
+    __slots__ = FIELDS
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = '',
+        auth_bytes: bytes = b'',
+        session_lifetime_ms: int = 0,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.auth_bytes = auth_bytes
+        self.session_lifetime_ms = session_lifetime_ms
 
 
 def _write_sasl_authenticate_response_v0(out: bytearray, o: SaslAuthenticateResponse) -> None:

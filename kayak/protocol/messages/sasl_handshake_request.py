@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['SaslHandshakeRequest']
 
 
-@dataclass(slots=True)
 class SaslHandshakeRequest(Message):
     """SaslHandshakeRequest (API key 17), versions 0-1."""
 
@@ -33,7 +31,15 @@ class SaslHandshakeRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    mechanism: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('mechanism',)
+    __slots__ = FIELDS
+    mechanism: str
+
+    def __init__(
+        self,
+        mechanism: str = '',
+    ) -> None:
+        self.mechanism = mechanism
 
 
 def _write_sasl_handshake_request_v0(out: bytearray, o: SaslHandshakeRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,7 +28,6 @@ __all__ = ['SaslHandshakeResponse']
 _F_h = struct.Struct('>h')
 
 
-@dataclass(slots=True)
 class SaslHandshakeResponse(Message):
     """SaslHandshakeResponse (API key 17), versions 0-1."""
 
@@ -39,8 +37,18 @@ class SaslHandshakeResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    error_code: int = 0
-    mechanisms: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'mechanisms')
+    __slots__ = FIELDS
+    error_code: int
+    mechanisms: list[str]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        mechanisms: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.mechanisms = [] if mechanisms is Default.FRESH else mechanisms
 
 
 def _write_sasl_handshake_response_v0(out: bytearray, o: SaslHandshakeResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,26 +32,54 @@ _F_i = struct.Struct('>i')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
-class AcknowledgementBatch:
-    first_offset: int = 0
-    last_offset: int = 0
-    acknowledge_types: list[int] = field(default_factory=list)
+class AcknowledgementBatch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('first_offset', 'last_offset', 'acknowledge_types')
+    __slots__ = FIELDS
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        acknowledge_types: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is Default.FRESH else acknowledge_types
 
 
-@dataclass(slots=True)
-class AcknowledgePartition:
-    partition_index: int = 0
-    acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
+class AcknowledgePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'acknowledgement_batches')
+    __slots__ = FIELDS
+    partition_index: int
+    acknowledgement_batches: list[AcknowledgementBatch]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        acknowledgement_batches: list[AcknowledgementBatch] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.acknowledgement_batches = [] if acknowledgement_batches is Default.FRESH else acknowledgement_batches
 
 
-@dataclass(slots=True)
-class AcknowledgeTopic:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[AcknowledgePartition] = field(default_factory=list)
+class AcknowledgeTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[AcknowledgePartition]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[AcknowledgePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ShareAcknowledgeRequest(Message):
     """ShareAcknowledgeRequest (API key 79), versions 0-0."""
 
@@ -62,10 +89,24 @@ class ShareAcknowledgeRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str | None = None
-    member_id: str | None = ''
-    share_session_epoch: int = 0
-    topics: list[AcknowledgeTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'share_session_epoch', 'topics')
+    __slots__ = FIELDS
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    topics: list[AcknowledgeTopic]
+
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = '',
+        share_session_epoch: int = 0,
+        topics: list[AcknowledgeTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_acknowledgement_batch_v0(out: bytearray, o: AcknowledgementBatch) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,35 +34,78 @@ _F_ih = struct.Struct('>ih')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
-    leader_id: int = 0
-    leader_epoch: int = 0
+class LeaderIdAndEpoch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'error_message', 'current_leader')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    current_leader: LeaderIdAndEpoch
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        current_leader: LeaderIdAndEpoch | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is Default.FRESH else current_leader
 
 
-@dataclass(slots=True)
-class ShareAcknowledgeTopicResponse:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class ShareAcknowledgeTopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class ShareAcknowledgeResponse(Message):
     """ShareAcknowledgeResponse (API key 79), versions 0-0."""
 
@@ -73,11 +115,27 @@ class ShareAcknowledgeResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[ShareAcknowledgeTopicResponse]
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareAcknowledgeTopicResponse] | Default = Default.FRESH,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is Default.FRESH else responses
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:

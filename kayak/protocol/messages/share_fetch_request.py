@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,33 +33,72 @@ _F_iiii = struct.Struct('>iiii')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
-class AcknowledgementBatch:
-    first_offset: int = 0
-    last_offset: int = 0
-    acknowledge_types: list[int] = field(default_factory=list)
+class AcknowledgementBatch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('first_offset', 'last_offset', 'acknowledge_types')
+    __slots__ = FIELDS
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        acknowledge_types: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is Default.FRESH else acknowledge_types
 
 
-@dataclass(slots=True)
-class FetchPartition:
-    partition_index: int = 0
-    partition_max_bytes: int = 0
-    acknowledgement_batches: list[AcknowledgementBatch] = field(default_factory=list)
+class FetchPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'partition_max_bytes', 'acknowledgement_batches')
+    __slots__ = FIELDS
+    partition_index: int
+    partition_max_bytes: int
+    acknowledgement_batches: list[AcknowledgementBatch]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        partition_max_bytes: int = 0,
+        acknowledgement_batches: list[AcknowledgementBatch] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.partition_max_bytes = partition_max_bytes
+        self.acknowledgement_batches = [] if acknowledgement_batches is Default.FRESH else acknowledgement_batches
 
 
-@dataclass(slots=True)
-class FetchTopic:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[FetchPartition] = field(default_factory=list)
+class FetchTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[FetchPartition]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[FetchPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class ForgottenTopic:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class ForgottenTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ShareFetchRequest(Message):
     """ShareFetchRequest (API key 78), versions 0-0."""
 
@@ -70,14 +108,36 @@ class ShareFetchRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str | None = None
-    member_id: str | None = ''
-    share_session_epoch: int = 0
-    max_wait_ms: int = 0
-    min_bytes: int = 0
-    max_bytes: int = 2147483647
-    topics: list[FetchTopic] = field(default_factory=list)
-    forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data')
+    __slots__ = FIELDS
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]
+
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = '',
+        share_session_epoch: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        topics: list[FetchTopic] | Default = Default.FRESH,
+        forgotten_topics_data: list[ForgottenTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is Default.FRESH else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is Default.FRESH else forgotten_topics_data
 
 
 def _write_acknowledgement_batch_v0(out: bytearray, o: AcknowledgementBatch) -> None:

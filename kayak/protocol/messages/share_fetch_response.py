@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,46 +38,108 @@ _F_ii = struct.Struct('>ii')
 _F_qqh = struct.Struct('>qqh')
 
 
-@dataclass(slots=True)
-class LeaderIdAndEpoch:
-    leader_id: int = 0
-    leader_epoch: int = 0
+class LeaderIdAndEpoch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
 
 
-@dataclass(slots=True)
-class AcquiredRecords:
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_count: int = 0
+class AcquiredRecords(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('first_offset', 'last_offset', 'delivery_count')
+    __slots__ = FIELDS
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_count: int = 0,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_count = delivery_count
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    acknowledge_error_code: int = 0
-    acknowledge_error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
-    records: Records | None = None
-    acquired_records: list[AcquiredRecords] = field(default_factory=list)
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'error_message', 'acknowledge_error_code', 'acknowledge_error_message', 'current_leader', 'records', 'acquired_records')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    error_message: str | None
+    acknowledge_error_code: int
+    acknowledge_error_message: str | None
+    current_leader: LeaderIdAndEpoch
+    records: Records | None
+    acquired_records: list[AcquiredRecords]
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        acknowledge_error_code: int = 0,
+        acknowledge_error_message: str | None = None,
+        current_leader: LeaderIdAndEpoch | Default = Default.FRESH,
+        records: Records | None = None,
+        acquired_records: list[AcquiredRecords] | Default = Default.FRESH,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.acknowledge_error_code = acknowledge_error_code
+        self.acknowledge_error_message = acknowledge_error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is Default.FRESH else current_leader
+        self.records = records
+        self.acquired_records = [] if acquired_records is Default.FRESH else acquired_records
 
 
-@dataclass(slots=True)
-class ShareFetchableTopicResponse:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class ShareFetchableTopicResponse(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
-    rack: str | None = None
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port', 'rack')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class ShareFetchResponse(Message):
     """ShareFetchResponse (API key 78), versions 0-0."""
 
@@ -88,11 +149,27 @@ class ShareFetchResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    responses: list[ShareFetchableTopicResponse] = field(default_factory=list)
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[ShareFetchableTopicResponse]
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareFetchableTopicResponse] | Default = Default.FRESH,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is Default.FRESH else responses
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_leader_id_and_epoch_v0(out: bytearray, o: LeaderIdAndEpoch) -> None:

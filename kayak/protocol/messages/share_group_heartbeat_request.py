@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -32,7 +31,6 @@ __all__ = ['ShareGroupHeartbeatRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class ShareGroupHeartbeatRequest(Message):
     """ShareGroupHeartbeatRequest (API key 76), versions 0-0."""
 
@@ -42,11 +40,27 @@ class ShareGroupHeartbeatRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    member_id: str = ''
-    member_epoch: int = 0
-    rack_id: str | None = None
-    subscribed_topic_names: list[str] | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None
+    subscribed_topic_names: list[str] | None
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+        member_epoch: int = 0,
+        rack_id: str | None = None,
+        subscribed_topic_names: list[str] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.rack_id = rack_id
+        self.subscribed_topic_names = subscribed_topic_names
 
 
 def _write_share_group_heartbeat_request_v0(out: bytearray, o: ShareGroupHeartbeatRequest) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,18 +33,33 @@ _F_ih = struct.Struct('>ih')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class TopicPartitions:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class Assignment:
-    topic_partitions: list[TopicPartitions] = field(default_factory=list)
+class Assignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_partitions',)
+    __slots__ = FIELDS
+    topic_partitions: list[TopicPartitions]
+
+    def __init__(
+        self,
+        topic_partitions: list[TopicPartitions] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is Default.FRESH else topic_partitions
 
 
-@dataclass(slots=True)
 class ShareGroupHeartbeatResponse(Message):
     """ShareGroupHeartbeatResponse (API key 76), versions 0-0."""
 
@@ -55,13 +69,33 @@ class ShareGroupHeartbeatResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        member_id: str | None = None,
+        member_epoch: int = 0,
+        heartbeat_interval_ms: int = 0,
+        assignment: Assignment | None = None,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
 
 
 def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['SnapshotFooterRecord']
 _F_h = struct.Struct('>h')
 
 
-@dataclass(slots=True)
 class SnapshotFooterRecord(Message):
     """SnapshotFooterRecord, versions 0-0."""
 
@@ -35,7 +33,15 @@ class SnapshotFooterRecord(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    version: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('version',)
+    __slots__ = FIELDS
+    version: int
+
+    def __init__(
+        self,
+        version: int = 0,
+    ) -> None:
+        self.version = version
 
 
 def _write_snapshot_footer_record_v0(out: bytearray, o: SnapshotFooterRecord) -> None:

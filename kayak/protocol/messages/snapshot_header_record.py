@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['SnapshotHeaderRecord']
 _F_hq = struct.Struct('>hq')
 
 
-@dataclass(slots=True)
 class SnapshotHeaderRecord(Message):
     """SnapshotHeaderRecord, versions 0-0."""
 
@@ -35,8 +33,18 @@ class SnapshotHeaderRecord(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    version: int = 0
-    last_contained_log_timestamp: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('version', 'last_contained_log_timestamp')
+    __slots__ = FIELDS
+    version: int
+    last_contained_log_timestamp: int
+
+    def __init__(
+        self,
+        version: int = 0,
+        last_contained_log_timestamp: int = 0,
+    ) -> None:
+        self.version = version
+        self.last_contained_log_timestamp = last_contained_log_timestamp
 
 
 def _write_snapshot_header_record_v0(out: bytearray, o: SnapshotHeaderRecord) -> None:

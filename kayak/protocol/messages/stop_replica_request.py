@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -37,32 +36,69 @@ _F_iiqo = struct.Struct('>iiq?')
 _F_ioiq = struct.Struct('>i?iq')
 
 
-@dataclass(slots=True)
-class StopReplicaPartitionV0:
-    topic_name: str = ''
-    partition_index: int = 0
+class StopReplicaPartitionV0(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
 
 
-@dataclass(slots=True)
-class StopReplicaTopicV1:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class StopReplicaTopicV1(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
-class StopReplicaPartitionState:
-    partition_index: int = 0
-    leader_epoch: int = -1
-    delete_partition: bool = False
+class StopReplicaPartitionState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'leader_epoch', 'delete_partition')
+    __slots__ = FIELDS
+    partition_index: int
+    leader_epoch: int
+    delete_partition: bool
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        leader_epoch: int = -1,
+        delete_partition: bool = False,
+    ) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.delete_partition = delete_partition
 
 
-@dataclass(slots=True)
-class StopReplicaTopicState:
-    topic_name: str = ''
-    partition_states: list[StopReplicaPartitionState] = field(default_factory=list)
+class StopReplicaTopicState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_states')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_states: list[StopReplicaPartitionState]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_states: list[StopReplicaPartitionState] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_states = [] if partition_states is Default.FRESH else partition_states
 
 
-@dataclass(slots=True)
 class StopReplicaRequest(Message):
     """StopReplicaRequest (API key 5), versions 0-4."""
 
@@ -72,14 +108,36 @@ class StopReplicaRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    delete_partitions: bool = False
-    ungrouped_partitions: list[StopReplicaPartitionV0] = field(default_factory=list)
-    topics: list[StopReplicaTopicV1] = field(default_factory=list)
-    topic_states: list[StopReplicaTopicState] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('controller_id', 'is_k_raft_controller', 'controller_epoch', 'broker_epoch', 'delete_partitions', 'ungrouped_partitions', 'topics', 'topic_states')
+    __slots__ = FIELDS
+    controller_id: int
+    is_k_raft_controller: bool
+    controller_epoch: int
+    broker_epoch: int
+    delete_partitions: bool
+    ungrouped_partitions: list[StopReplicaPartitionV0]
+    topics: list[StopReplicaTopicV1]
+    topic_states: list[StopReplicaTopicState]
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        delete_partitions: bool = False,
+        ungrouped_partitions: list[StopReplicaPartitionV0] | Default = Default.FRESH,
+        topics: list[StopReplicaTopicV1] | Default = Default.FRESH,
+        topic_states: list[StopReplicaTopicState] | Default = Default.FRESH,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.delete_partitions = delete_partitions
+        self.ungrouped_partitions = [] if ungrouped_partitions is Default.FRESH else ungrouped_partitions
+        self.topics = [] if topics is Default.FRESH else topics
+        self.topic_states = [] if topic_states is Default.FRESH else topic_states
 
 
 def _write_stop_replica_partition_v0_v0(out: bytearray, o: StopReplicaPartitionV0) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,14 +32,24 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class StopReplicaPartitionError:
-    topic_name: str = ''
-    partition_index: int = 0
-    error_code: int = 0
+class StopReplicaPartitionError(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index', 'error_code')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
 class StopReplicaResponse(Message):
     """StopReplicaResponse (API key 5), versions 0-4."""
 
@@ -50,8 +59,18 @@ class StopReplicaResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 2
-    error_code: int = 0
-    partition_errors: list[StopReplicaPartitionError] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'partition_errors')
+    __slots__ = FIELDS
+    error_code: int
+    partition_errors: list[StopReplicaPartitionError]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[StopReplicaPartitionError] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is Default.FRESH else partition_errors
 
 
 def _write_stop_replica_partition_error_v0(out: bytearray, o: StopReplicaPartitionError) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -40,13 +39,21 @@ __all__ = ['SyncGroupRequest', 'SyncGroupRequestAssignment']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class SyncGroupRequestAssignment:
-    member_id: str = ''
-    assignment: bytes = b''
+class SyncGroupRequestAssignment(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'assignment')
+    __slots__ = FIELDS
+    member_id: str
+    assignment: bytes
+
+    def __init__(
+        self,
+        member_id: str = '',
+        assignment: bytes = b'',
+    ) -> None:
+        self.member_id = member_id
+        self.assignment = assignment
 
 
-@dataclass(slots=True)
 class SyncGroupRequest(Message):
     """SyncGroupRequest (API key 14), versions 0-5."""
 
@@ -56,13 +63,33 @@ class SyncGroupRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    group_id: str = ''
-    generation_id: int = 0
-    member_id: str = ''
-    group_instance_id: str | None = None
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'protocol_type', 'protocol_name', 'assignments')
+    __slots__ = FIELDS
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: list[SyncGroupRequestAssignment]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        generation_id: int = 0,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: list[SyncGroupRequestAssignment] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = [] if assignments is Default.FRESH else assignments
 
 
 def _write_sync_group_request_assignment_v0(out: bytearray, o: SyncGroupRequestAssignment) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -32,7 +31,6 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
 class SyncGroupResponse(Message):
     """SyncGroupResponse (API key 14), versions 0-5."""
 
@@ -42,11 +40,27 @@ class SyncGroupResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b''
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    protocol_type: str | None
+    protocol_name: str | None
+    assignment: bytes
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignment: bytes = b'',
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignment = assignment
 
 
 def _write_sync_group_response_v0(out: bytearray, o: SyncGroupResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,21 +38,42 @@ _F_qh = struct.Struct('>qh')
 _F_qhi = struct.Struct('>qhi')
 
 
-@dataclass(slots=True)
-class TxnOffsetCommitRequestPartition:
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    committed_metadata: str | None = ''
+class TxnOffsetCommitRequestPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata')
+    __slots__ = FIELDS
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        committed_offset: int = 0,
+        committed_leader_epoch: int = -1,
+        committed_metadata: str | None = '',
+    ) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.committed_metadata = committed_metadata
 
 
-@dataclass(slots=True)
-class TxnOffsetCommitRequestTopic:
-    name: str = ''
-    partitions: list[TxnOffsetCommitRequestPartition] = field(default_factory=list)
+class TxnOffsetCommitRequestTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[TxnOffsetCommitRequestPartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[TxnOffsetCommitRequestPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class TxnOffsetCommitRequest(Message):
     """TxnOffsetCommitRequest (API key 28), versions 0-4."""
 
@@ -63,14 +83,36 @@ class TxnOffsetCommitRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    transactional_id: str = ''
-    group_id: str = ''
-    producer_id: int = 0
-    producer_epoch: int = 0
-    generation_id: int = -1
-    member_id: str = ''
-    group_instance_id: str | None = None
-    topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics')
+    __slots__ = FIELDS
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: list[TxnOffsetCommitRequestTopic]
+
+    def __init__(
+        self,
+        transactional_id: str = '',
+        group_id: str = '',
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        generation_id: int = -1,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        topics: list[TxnOffsetCommitRequestTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_txn_offset_commit_request_partition_v0(out: bytearray, o: TxnOffsetCommitRequestPartition) -> None:

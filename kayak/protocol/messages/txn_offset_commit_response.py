@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,19 +32,36 @@ _F_i = struct.Struct('>i')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class TxnOffsetCommitResponsePartition:
-    partition_index: int = 0
-    error_code: int = 0
+class TxnOffsetCommitResponsePartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class TxnOffsetCommitResponseTopic:
-    name: str = ''
-    partitions: list[TxnOffsetCommitResponsePartition] = field(default_factory=list)
+class TxnOffsetCommitResponseTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[TxnOffsetCommitResponsePartition]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[TxnOffsetCommitResponsePartition] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class TxnOffsetCommitResponse(Message):
     """TxnOffsetCommitResponse (API key 28), versions 0-4."""
 
@@ -55,8 +71,18 @@ class TxnOffsetCommitResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    throttle_time_ms: int = 0
-    topics: list[TxnOffsetCommitResponseTopic] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'topics')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    topics: list[TxnOffsetCommitResponseTopic]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[TxnOffsetCommitResponseTopic] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_txn_offset_commit_response_partition_v0(out: bytearray, o: TxnOffsetCommitResponsePartition) -> None:

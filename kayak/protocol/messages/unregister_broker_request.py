@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['UnregisterBrokerRequest']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class UnregisterBrokerRequest(Message):
     """UnregisterBrokerRequest (API key 64), versions 0-0."""
 
@@ -35,7 +33,15 @@ class UnregisterBrokerRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    broker_id: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('broker_id',)
+    __slots__ = FIELDS
+    broker_id: int
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+    ) -> None:
+        self.broker_id = broker_id
 
 
 def _write_unregister_broker_request_v0(out: bytearray, o: UnregisterBrokerRequest) -> None:

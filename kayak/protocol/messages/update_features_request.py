@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,15 +31,27 @@ _F_i = struct.Struct('>i')
 _F_o = struct.Struct('>?')
 
 
-@dataclass(slots=True)
-class FeatureUpdateKey:
-    feature: str = ''
-    max_version_level: int = 0
-    allow_downgrade: bool = False
-    upgrade_type: int = 1
+class FeatureUpdateKey(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('feature', 'max_version_level', 'allow_downgrade', 'upgrade_type')
+    __slots__ = FIELDS
+    feature: str
+    max_version_level: int
+    allow_downgrade: bool
+    upgrade_type: int
+
+    def __init__(
+        self,
+        feature: str = '',
+        max_version_level: int = 0,
+        allow_downgrade: bool = False,
+        upgrade_type: int = 1,
+    ) -> None:
+        self.feature = feature
+        self.max_version_level = max_version_level
+        self.allow_downgrade = allow_downgrade
+        self.upgrade_type = upgrade_type
 
 
-@dataclass(slots=True)
 class UpdateFeaturesRequest(Message):
     """UpdateFeaturesRequest (API key 57), versions 0-2."""
 
@@ -50,9 +61,21 @@ class UpdateFeaturesRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    timeout_ms: int = 60000
-    feature_updates: list[FeatureUpdateKey] = field(default_factory=list)
-    validate_only: bool = False
+    FIELDS: ClassVar[tuple[str, ...]] = ('timeout_ms', 'feature_updates', 'validate_only')
+    __slots__ = FIELDS
+    timeout_ms: int
+    feature_updates: list[FeatureUpdateKey]
+    validate_only: bool
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        feature_updates: list[FeatureUpdateKey] | Default = Default.FRESH,
+        validate_only: bool = False,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = [] if feature_updates is Default.FRESH else feature_updates
+        self.validate_only = validate_only
 
 
 def _write_feature_update_key_v0(out: bytearray, o: FeatureUpdateKey) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,14 +31,24 @@ _F_h = struct.Struct('>h')
 _F_ih = struct.Struct('>ih')
 
 
-@dataclass(slots=True)
-class UpdatableFeatureResult:
-    feature: str = ''
-    error_code: int = 0
-    error_message: str | None = ''
+class UpdatableFeatureResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('feature', 'error_code', 'error_message')
+    __slots__ = FIELDS
+    feature: str
+    error_code: int
+    error_message: str | None
+
+    def __init__(
+        self,
+        feature: str = '',
+        error_code: int = 0,
+        error_message: str | None = '',
+    ) -> None:
+        self.feature = feature
+        self.error_code = error_code
+        self.error_message = error_message
 
 
-@dataclass(slots=True)
 class UpdateFeaturesResponse(Message):
     """UpdateFeaturesResponse (API key 57), versions 0-2."""
 
@@ -49,10 +58,24 @@ class UpdateFeaturesResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ''
-    results: list[UpdatableFeatureResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'error_message', 'results')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    results: list[UpdatableFeatureResult]
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = '',
+        results: list[UpdatableFeatureResult] | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is Default.FRESH else results
 
 
 def _write_updatable_feature_result_v0(out: bytearray, o: UpdatableFeatureResult) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -49,44 +48,105 @@ _F_iiq = struct.Struct('>iiq')
 _F_ioiq = struct.Struct('>i?iq')
 
 
-@dataclass(slots=True)
-class UpdateMetadataPartitionState:
-    topic_name: str = ''
-    partition_index: int = 0
-    controller_epoch: int = 0
-    leader: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
-    zk_version: int = 0
-    replicas: list[int] = field(default_factory=list)
-    offline_replicas: list[int] = field(default_factory=list)
+class UpdateMetadataPartitionState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partition_index', 'controller_epoch', 'leader', 'leader_epoch', 'isr', 'zk_version', 'replicas', 'offline_replicas')
+    __slots__ = FIELDS
+    topic_name: str
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    zk_version: int
+    replicas: list[int]
+    offline_replicas: list[int]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partition_index: int = 0,
+        controller_epoch: int = 0,
+        leader: int = 0,
+        leader_epoch: int = 0,
+        isr: list[int] | Default = Default.FRESH,
+        zk_version: int = 0,
+        replicas: list[int] | Default = Default.FRESH,
+        offline_replicas: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is Default.FRESH else isr
+        self.zk_version = zk_version
+        self.replicas = [] if replicas is Default.FRESH else replicas
+        self.offline_replicas = [] if offline_replicas is Default.FRESH else offline_replicas
 
 
-@dataclass(slots=True)
-class UpdateMetadataTopicState:
-    topic_name: str = ''
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
+class UpdateMetadataTopicState(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'topic_id', 'partition_states')
+    __slots__ = FIELDS
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[UpdateMetadataPartitionState]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition_states: list[UpdateMetadataPartitionState] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is Default.FRESH else partition_states
 
 
-@dataclass(slots=True)
-class UpdateMetadataEndpoint:
-    port: int = 0
-    host: str = ''
-    listener: str = ''
-    security_protocol: int = 0
+class UpdateMetadataEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('port', 'host', 'listener', 'security_protocol')
+    __slots__ = FIELDS
+    port: int
+    host: str
+    listener: str
+    security_protocol: int
+
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = '',
+        listener: str = '',
+        security_protocol: int = 0,
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.listener = listener
+        self.security_protocol = security_protocol
 
 
-@dataclass(slots=True)
-class UpdateMetadataBroker:
-    id: int = 0
-    v0_host: str = ''
-    v0_port: int = 0
-    endpoints: list[UpdateMetadataEndpoint] = field(default_factory=list)
-    rack: str | None = ''
+class UpdateMetadataBroker(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('id', 'v0_host', 'v0_port', 'endpoints', 'rack')
+    __slots__ = FIELDS
+    id: int
+    v0_host: str
+    v0_port: int
+    endpoints: list[UpdateMetadataEndpoint]
+    rack: str | None
+
+    def __init__(
+        self,
+        id: int = 0,
+        v0_host: str = '',
+        v0_port: int = 0,
+        endpoints: list[UpdateMetadataEndpoint] | Default = Default.FRESH,
+        rack: str | None = '',
+    ) -> None:
+        self.id = id
+        self.v0_host = v0_host
+        self.v0_port = v0_port
+        self.endpoints = [] if endpoints is Default.FRESH else endpoints
+        self.rack = rack
 
 
-@dataclass(slots=True)
 class UpdateMetadataRequest(Message):
     """UpdateMetadataRequest (API key 6), versions 0-8."""
 
@@ -96,14 +156,36 @@ class UpdateMetadataRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    type: int = 0
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    ungrouped_partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)
-    topic_states: list[UpdateMetadataTopicState] = field(default_factory=list)
-    live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('controller_id', 'is_k_raft_controller', 'type', 'controller_epoch', 'broker_epoch', 'ungrouped_partition_states', 'topic_states', 'live_brokers')
+    __slots__ = FIELDS
+    controller_id: int
+    is_k_raft_controller: bool
+    type: int
+    controller_epoch: int
+    broker_epoch: int
+    ungrouped_partition_states: list[UpdateMetadataPartitionState]
+    topic_states: list[UpdateMetadataTopicState]
+    live_brokers: list[UpdateMetadataBroker]
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        type: int = 0,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        ungrouped_partition_states: list[UpdateMetadataPartitionState] | Default = Default.FRESH,
+        topic_states: list[UpdateMetadataTopicState] | Default = Default.FRESH,
+        live_brokers: list[UpdateMetadataBroker] | Default = Default.FRESH,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.type = type
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.ungrouped_partition_states = [] if ungrouped_partition_states is Default.FRESH else ungrouped_partition_states
+        self.topic_states = [] if topic_states is Default.FRESH else topic_states
+        self.live_brokers = [] if live_brokers is Default.FRESH else live_brokers
 
 
 def _write_update_metadata_partition_state_v0(out: bytearray, o: UpdateMetadataPartitionState) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['UpdateMetadataResponse']
 _F_h = struct.Struct('>h')
 
 
-@dataclass(slots=True)
 class UpdateMetadataResponse(Message):
     """UpdateMetadataResponse (API key 6), versions 0-8."""
 
@@ -35,7 +33,15 @@ class UpdateMetadataResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_VERSION: ClassVar[int | None] = 6
-    error_code: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code',)
+    __slots__ = FIELDS
+    error_code: int
+
+    def __init__(
+        self,
+        error_code: int = 0,
+    ) -> None:
+        self.error_code = error_code
 
 
 def _write_update_metadata_response_v0(out: bytearray, o: UpdateMetadataResponse) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -35,20 +34,39 @@ _F_hh = struct.Struct('>hh')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class Listener:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class Listener(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
-class KRaftVersionFeature:
-    min_supported_version: int = 0
-    max_supported_version: int = 0
+class KRaftVersionFeature(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('min_supported_version', 'max_supported_version')
+    __slots__ = FIELDS
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
 
 
-@dataclass(slots=True)
 class UpdateRaftVoterRequest(Message):
     """UpdateRaftVoterRequest (API key 82), versions 0-0."""
 
@@ -58,12 +76,30 @@ class UpdateRaftVoterRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    cluster_id: str | None = ''
-    current_leader_epoch: int = 0
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    listeners: list[Listener] = field(default_factory=list)
-    k_raft_version_feature: KRaftVersionFeature = field(default_factory=KRaftVersionFeature)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'current_leader_epoch', 'voter_id', 'voter_directory_id', 'listeners', 'k_raft_version_feature')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    current_leader_epoch: int
+    voter_id: int
+    voter_directory_id: uuid.UUID
+    listeners: list[Listener]
+    k_raft_version_feature: KRaftVersionFeature
+
+    def __init__(
+        self,
+        cluster_id: str | None = '',
+        current_leader_epoch: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        listeners: list[Listener] | Default = Default.FRESH,
+        k_raft_version_feature: KRaftVersionFeature | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.current_leader_epoch = current_leader_epoch
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is Default.FRESH else listeners
+        self.k_raft_version_feature = KRaftVersionFeature() if k_raft_version_feature is Default.FRESH else k_raft_version_feature
 
 
 def _write_listener_v0(out: bytearray, o: Listener) -> None:

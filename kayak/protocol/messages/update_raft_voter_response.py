@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,15 +32,27 @@ _F_ih = struct.Struct('>ih')
 _F_ii = struct.Struct('>ii')
 
 
-@dataclass(slots=True)
-class CurrentLeader:
-    leader_id: int = -1
-    leader_epoch: int = -1
-    host: str = ''
-    port: int = 0
+class CurrentLeader(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('leader_id', 'leader_epoch', 'host', 'port')
+    __slots__ = FIELDS
+    leader_id: int
+    leader_epoch: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        leader_id: int = -1,
+        leader_epoch: int = -1,
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class UpdateRaftVoterResponse(Message):
     """UpdateRaftVoterResponse (API key 82), versions 0-0."""
 
@@ -51,9 +62,21 @@ class UpdateRaftVoterResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    current_leader: CurrentLeader = field(default_factory=CurrentLeader)
+    FIELDS: ClassVar[tuple[str, ...]] = ('throttle_time_ms', 'error_code', 'current_leader')
+    __slots__ = FIELDS
+    throttle_time_ms: int
+    error_code: int
+    current_leader: CurrentLeader
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        current_leader: CurrentLeader | Default = Default.FRESH,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.current_leader = CurrentLeader() if current_leader is Default.FRESH else current_leader
 
 
 def _write_current_leader_v0(out: bytearray, o: CurrentLeader) -> None:

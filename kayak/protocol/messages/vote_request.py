@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -36,24 +35,51 @@ _F_iiiiq = struct.Struct('>iiiiq')
 _F_iq = struct.Struct('>iq')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    candidate_epoch: int = 0
-    candidate_id: int = 0
-    candidate_directory_id: uuid.UUID = ZERO_UUID
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    last_offset_epoch: int = 0
-    last_offset: int = 0
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'candidate_epoch', 'candidate_id', 'candidate_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset')
+    __slots__ = FIELDS
+    partition_index: int
+    candidate_epoch: int
+    candidate_id: int
+    candidate_directory_id: uuid.UUID
+    voter_directory_id: uuid.UUID
+    last_offset_epoch: int
+    last_offset: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        candidate_epoch: int = 0,
+        candidate_id: int = 0,
+        candidate_directory_id: uuid.UUID = ZERO_UUID,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        last_offset_epoch: int = 0,
+        last_offset: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.candidate_epoch = candidate_epoch
+        self.candidate_id = candidate_id
+        self.candidate_directory_id = candidate_directory_id
+        self.voter_directory_id = voter_directory_id
+        self.last_offset_epoch = last_offset_epoch
+        self.last_offset = last_offset
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class VoteRequest(Message):
     """VoteRequest (API key 52), versions 0-1."""
 
@@ -63,9 +89,21 @@ class VoteRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    cluster_id: str | None = None
-    voter_id: int = -1
-    topics: list[TopicData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('cluster_id', 'voter_id', 'topics')
+    __slots__ = FIELDS
+    cluster_id: str | None
+    voter_id: int
+    topics: list[TopicData]
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[TopicData] | Default = Default.FRESH,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

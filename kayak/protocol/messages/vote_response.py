@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -36,29 +35,63 @@ _F_i = struct.Struct('>i')
 _F_ihiio = struct.Struct('>ihii?')
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition_index: int = 0
-    error_code: int = 0
-    leader_id: int = 0
-    leader_epoch: int = 0
-    vote_granted: bool = False
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code', 'leader_id', 'leader_epoch', 'vote_granted')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+        leader_id: int = 0,
+        leader_epoch: int = 0,
+        vote_granted: bool = False,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.vote_granted = vote_granted
 
 
-@dataclass(slots=True)
-class TopicData:
-    topic_name: str = ''
-    partitions: list[PartitionData] = field(default_factory=list)
+class TopicData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_name: str
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_name: str = '',
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class NodeEndpoint:
-    node_id: int = 0
-    host: str = ''
-    port: int = 0
+class NodeEndpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('node_id', 'host', 'port')
+    __slots__ = FIELDS
+    node_id: int
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        node_id: int = 0,
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
 class VoteResponse(Message):
     """VoteResponse (API key 52), versions 0-1."""
 
@@ -68,9 +101,21 @@ class VoteResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    error_code: int = 0
-    topics: list[TopicData] = field(default_factory=list)
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('error_code', 'topics', 'node_endpoints')
+    __slots__ = FIELDS
+    error_code: int
+    topics: list[TopicData]
+    node_endpoints: list[NodeEndpoint]
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[TopicData] | Default = Default.FRESH,
+        node_endpoints: list[NodeEndpoint] | Default = Default.FRESH,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is Default.FRESH else topics
+        self.node_endpoints = [] if node_endpoints is Default.FRESH else node_endpoints
 
 
 def _write_partition_data_v0(out: bytearray, o: PartitionData) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,28 +33,60 @@ _F_hh = struct.Struct('>hh')
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class Endpoint:
-    name: str = ''
-    host: str = ''
-    port: int = 0
+class Endpoint(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'host', 'port')
+    __slots__ = FIELDS
+    name: str
+    host: str
+    port: int
+
+    def __init__(
+        self,
+        name: str = '',
+        host: str = '',
+        port: int = 0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
 
 
-@dataclass(slots=True)
-class KRaftVersionFeature:
-    min_supported_version: int = 0
-    max_supported_version: int = 0
+class KRaftVersionFeature(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('min_supported_version', 'max_supported_version')
+    __slots__ = FIELDS
+    min_supported_version: int
+    max_supported_version: int
+
+    def __init__(
+        self,
+        min_supported_version: int = 0,
+        max_supported_version: int = 0,
+    ) -> None:
+        self.min_supported_version = min_supported_version
+        self.max_supported_version = max_supported_version
 
 
-@dataclass(slots=True)
-class Voter:
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    endpoints: list[Endpoint] = field(default_factory=list)
-    k_raft_version_feature: KRaftVersionFeature = field(default_factory=KRaftVersionFeature)
+class Voter(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('voter_id', 'voter_directory_id', 'endpoints', 'k_raft_version_feature')
+    __slots__ = FIELDS
+    voter_id: int
+    voter_directory_id: uuid.UUID
+    endpoints: list[Endpoint]
+    k_raft_version_feature: KRaftVersionFeature
+
+    def __init__(
+        self,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = ZERO_UUID,
+        endpoints: list[Endpoint] | Default = Default.FRESH,
+        k_raft_version_feature: KRaftVersionFeature | Default = Default.FRESH,
+    ) -> None:
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.endpoints = [] if endpoints is Default.FRESH else endpoints
+        self.k_raft_version_feature = KRaftVersionFeature() if k_raft_version_feature is Default.FRESH else k_raft_version_feature
 
 
-@dataclass(slots=True)
 class VotersRecord(Message):
     """VotersRecord, versions 0-0."""
 
@@ -65,8 +96,18 @@ class VotersRecord(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    version: int = 0
-    voters: list[Voter] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('version', 'voters')
+    __slots__ = FIELDS
+    version: int
+    voters: list[Voter]
+
+    def __init__(
+        self,
+        version: int = 0,
+        voters: list[Voter] | Default = Default.FRESH,
+    ) -> None:
+        self.version = version
+        self.voters = [] if voters is Default.FRESH else voters
 
 
 def _write_endpoint_v0(out: bytearray, o: Endpoint) -> None:

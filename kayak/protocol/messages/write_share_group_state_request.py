@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,30 +31,66 @@ _F_iiiq = struct.Struct('>iiiq')
 _F_qqbh = struct.Struct('>qqbh')
 
 
-@dataclass(slots=True)
-class StateBatch:
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_state: int = 0
-    delivery_count: int = 0
+class StateBatch(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('first_offset', 'last_offset', 'delivery_state', 'delivery_count')
+    __slots__ = FIELDS
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+    def __init__(
+        self,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        delivery_state: int = 0,
+        delivery_count: int = 0,
+    ) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
 
 
-@dataclass(slots=True)
-class PartitionData:
-    partition: int = 0
-    state_epoch: int = 0
-    leader_epoch: int = 0
-    start_offset: int = 0
-    state_batches: list[StateBatch] = field(default_factory=list)
+class PartitionData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'state_epoch', 'leader_epoch', 'start_offset', 'state_batches')
+    __slots__ = FIELDS
+    partition: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    state_batches: list[StateBatch]
+
+    def __init__(
+        self,
+        partition: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        state_batches: list[StateBatch] | Default = Default.FRESH,
+    ) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is Default.FRESH else state_batches
 
 
-@dataclass(slots=True)
-class WriteStateData:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+class WriteStateData(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[PartitionData]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[PartitionData] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class WriteShareGroupStateRequest(Message):
     """WriteShareGroupStateRequest (API key 85), versions 0-0."""
 
@@ -65,8 +100,18 @@ class WriteShareGroupStateRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    group_id: str = ''
-    topics: list[WriteStateData] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'topics')
+    __slots__ = FIELDS
+    group_id: str
+    topics: list[WriteStateData]
+
+    def __init__(
+        self,
+        group_id: str = '',
+        topics: list[WriteStateData] | Default = Default.FRESH,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_state_batch_v0(out: bytearray, o: StateBatch) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -34,22 +33,45 @@ _F_i = struct.Struct('>i')
 _F_qho = struct.Struct('>qh?')
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerTopic:
-    name: str = ''
-    partition_indexes: list[int] = field(default_factory=list)
+class WritableTxnMarkerTopic(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partition_indexes')
+    __slots__ = FIELDS
+    name: str
+    partition_indexes: list[int]
+
+    def __init__(
+        self,
+        name: str = '',
+        partition_indexes: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is Default.FRESH else partition_indexes
 
 
-@dataclass(slots=True)
-class WritableTxnMarker:
-    producer_id: int = 0
-    producer_epoch: int = 0
-    transaction_result: bool = False
-    topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
-    coordinator_epoch: int = 0
+class WritableTxnMarker(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch')
+    __slots__ = FIELDS
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool
+    topics: list[WritableTxnMarkerTopic]
+    coordinator_epoch: int
+
+    def __init__(
+        self,
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        transaction_result: bool = False,
+        topics: list[WritableTxnMarkerTopic] | Default = Default.FRESH,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_result = transaction_result
+        self.topics = [] if topics is Default.FRESH else topics
+        self.coordinator_epoch = coordinator_epoch
 
 
-@dataclass(slots=True)
 class WriteTxnMarkersRequest(Message):
     """WriteTxnMarkersRequest (API key 27), versions 0-1."""
 
@@ -59,7 +81,15 @@ class WriteTxnMarkersRequest(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    markers: list[WritableTxnMarker] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('markers',)
+    __slots__ = FIELDS
+    markers: list[WritableTxnMarker]
+
+    def __init__(
+        self,
+        markers: list[WritableTxnMarker] | Default = Default.FRESH,
+    ) -> None:
+        self.markers = [] if markers is Default.FRESH else markers
 
 
 def _write_writable_txn_marker_topic_v0(out: bytearray, o: WritableTxnMarkerTopic) -> None:

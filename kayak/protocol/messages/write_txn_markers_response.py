@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -33,25 +32,51 @@ _F_ih = struct.Struct('>ih')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerPartitionResult:
-    partition_index: int = 0
-    error_code: int = 0
+class WritableTxnMarkerPartitionResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition_index', 'error_code')
+    __slots__ = FIELDS
+    partition_index: int
+    error_code: int
+
+    def __init__(
+        self,
+        partition_index: int = 0,
+        error_code: int = 0,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerTopicResult:
-    name: str = ''
-    partitions: list[WritableTxnMarkerPartitionResult] = field(default_factory=list)
+class WritableTxnMarkerTopicResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'partitions')
+    __slots__ = FIELDS
+    name: str
+    partitions: list[WritableTxnMarkerPartitionResult]
+
+    def __init__(
+        self,
+        name: str = '',
+        partitions: list[WritableTxnMarkerPartitionResult] | Default = Default.FRESH,
+    ) -> None:
+        self.name = name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class WritableTxnMarkerResult:
-    producer_id: int = 0
-    topics: list[WritableTxnMarkerTopicResult] = field(default_factory=list)
+class WritableTxnMarkerResult(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('producer_id', 'topics')
+    __slots__ = FIELDS
+    producer_id: int
+    topics: list[WritableTxnMarkerTopicResult]
+
+    def __init__(
+        self,
+        producer_id: int = 0,
+        topics: list[WritableTxnMarkerTopicResult] | Default = Default.FRESH,
+    ) -> None:
+        self.producer_id = producer_id
+        self.topics = [] if topics is Default.FRESH else topics
 
 
-@dataclass(slots=True)
 class WriteTxnMarkersResponse(Message):
     """WriteTxnMarkersResponse (API key 27), versions 0-1."""
 
@@ -61,7 +86,15 @@ class WriteTxnMarkersResponse(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 1
-    markers: list[WritableTxnMarkerResult] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('markers',)
+    __slots__ = FIELDS
+    markers: list[WritableTxnMarkerResult]
+
+    def __init__(
+        self,
+        markers: list[WritableTxnMarkerResult] | Default = Default.FRESH,
+    ) -> None:
+        self.markers = [] if markers is Default.FRESH else markers
 
 
 def _write_writable_txn_marker_partition_result_v0(out: bytearray, o: WritableTxnMarkerPartitionResult) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ConsumerGroupCurrentMemberAssignmentKey']
 
 
-@dataclass(slots=True)
 class ConsumerGroupCurrentMemberAssignmentKey(Message):
     """ConsumerGroupCurrentMemberAssignmentKey, versions 8-8."""
 
@@ -33,8 +31,18 @@ class ConsumerGroupCurrentMemberAssignmentKey(Message):
     MIN_VERSION: ClassVar[int] = 8
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
-    member_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
 
 
 def _write_consumer_group_current_member_assignment_key_v8(out: bytearray, o: ConsumerGroupCurrentMemberAssignmentKey) -> None:

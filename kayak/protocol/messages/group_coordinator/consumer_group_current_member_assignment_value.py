@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -30,13 +29,21 @@ __all__ = ['ConsumerGroupCurrentMemberAssignmentValue', 'TopicPartitions']
 _F_iib = struct.Struct('>iib')
 
 
-@dataclass(slots=True)
-class TopicPartitions:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitions(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue(Message):
     """ConsumerGroupCurrentMemberAssignmentValue, versions 0-0."""
 
@@ -46,11 +53,27 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: int = 0
-    assigned_partitions: list[TopicPartitions] = field(default_factory=list)
-    partitions_pending_revocation: list[TopicPartitions] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_epoch', 'previous_member_epoch', 'state', 'assigned_partitions', 'partitions_pending_revocation')
+    __slots__ = FIELDS
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[TopicPartitions]
+    partitions_pending_revocation: list[TopicPartitions]
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] | Default = Default.FRESH,
+        partitions_pending_revocation: list[TopicPartitions] | Default = Default.FRESH,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is Default.FRESH else assigned_partitions
+        self.partitions_pending_revocation = [] if partitions_pending_revocation is Default.FRESH else partitions_pending_revocation
 
 
 def _write_topic_partitions_v0(out: bytearray, o: TopicPartitions) -> None:

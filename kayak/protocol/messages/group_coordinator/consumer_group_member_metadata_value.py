@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -39,19 +38,36 @@ __all__ = ['ClassicMemberMetadata', 'ClassicProtocol', 'ConsumerGroupMemberMetad
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class ClassicProtocol:
-    name: str = ''
-    metadata: bytes = b''
+class ClassicProtocol(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('name', 'metadata')
+    __slots__ = FIELDS
+    name: str
+    metadata: bytes
+
+    def __init__(
+        self,
+        name: str = '',
+        metadata: bytes = b'',
+    ) -> None:
+        self.name = name
+        self.metadata = metadata
 
 
-@dataclass(slots=True)
-class ClassicMemberMetadata:
-    session_timeout_ms: int = 0
-    supported_protocols: list[ClassicProtocol] = field(default_factory=list)
+class ClassicMemberMetadata(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('session_timeout_ms', 'supported_protocols')
+    __slots__ = FIELDS
+    session_timeout_ms: int
+    supported_protocols: list[ClassicProtocol]
+
+    def __init__(
+        self,
+        session_timeout_ms: int = 0,
+        supported_protocols: list[ClassicProtocol] | Default = Default.FRESH,
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.supported_protocols = [] if supported_protocols is Default.FRESH else supported_protocols
 
 
-@dataclass(slots=True)
 class ConsumerGroupMemberMetadataValue(Message):
     """ConsumerGroupMemberMetadataValue, versions 0-0."""
 
@@ -61,15 +77,39 @@ class ConsumerGroupMemberMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    instance_id: str | None = ''
-    rack_id: str | None = ''
-    client_id: str = ''
-    client_host: str = ''
-    subscribed_topic_names: list[str] = field(default_factory=list)
-    subscribed_topic_regex: str | None = ''
-    rebalance_timeout_ms: int = -1
-    server_assignor: str | None = ''
-    classic_member_metadata: ClassicMemberMetadata | None = field(default_factory=ClassicMemberMetadata)
+    FIELDS: ClassVar[tuple[str, ...]] = ('instance_id', 'rack_id', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'rebalance_timeout_ms', 'server_assignor', 'classic_member_metadata')
+    __slots__ = FIELDS
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None
+
+    def __init__(
+        self,
+        instance_id: str | None = '',
+        rack_id: str | None = '',
+        client_id: str = '',
+        client_host: str = '',
+        subscribed_topic_names: list[str] | Default = Default.FRESH,
+        subscribed_topic_regex: str | None = '',
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = '',
+        classic_member_metadata: ClassicMemberMetadata | Default | None = Default.FRESH,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is Default.FRESH else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self.classic_member_metadata = ClassicMemberMetadata() if classic_member_metadata is Default.FRESH else classic_member_metadata
 
 
 def _write_classic_protocol_v0(out: bytearray, o: ClassicProtocol) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ConsumerGroupMetadataKey']
 
 
-@dataclass(slots=True)
 class ConsumerGroupMetadataKey(Message):
     """ConsumerGroupMetadataKey, versions 3-3."""
 
@@ -33,7 +31,15 @@ class ConsumerGroupMetadataKey(Message):
     MIN_VERSION: ClassVar[int] = 3
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id',)
+    __slots__ = FIELDS
+    group_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+    ) -> None:
+        self.group_id = group_id
 
 
 def _write_consumer_group_metadata_key_v3(out: bytearray, o: ConsumerGroupMetadataKey) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -27,13 +26,21 @@ from kayak.protocol.primitives import (
 __all__ = ['ConsumerGroupTargetAssignmentMemberValue', 'TopicPartition']
 
 
-@dataclass(slots=True)
-class TopicPartition:
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = field(default_factory=list)
+class TopicPartition(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
 class ConsumerGroupTargetAssignmentMemberValue(Message):
     """ConsumerGroupTargetAssignmentMemberValue, versions 0-0."""
 
@@ -43,7 +50,15 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    topic_partitions: list[TopicPartition] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_partitions',)
+    __slots__ = FIELDS
+    topic_partitions: list[TopicPartition]
+
+    def __init__(
+        self,
+        topic_partitions: list[TopicPartition] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is Default.FRESH else topic_partitions
 
 
 def _write_topic_partition_v0(out: bytearray, o: TopicPartition) -> None:

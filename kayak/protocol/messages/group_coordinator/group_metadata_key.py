@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['GroupMetadataKey']
 
 
-@dataclass(slots=True)
 class GroupMetadataKey(Message):
     """GroupMetadataKey, versions 2-2."""
 
@@ -33,7 +31,15 @@ class GroupMetadataKey(Message):
     MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group',)
+    __slots__ = FIELDS
+    group: str
+
+    def __init__(
+        self,
+        group: str = '',
+    ) -> None:
+        self.group = group
 
 
 def _write_group_metadata_key_v2(out: bytearray, o: GroupMetadataKey) -> None:

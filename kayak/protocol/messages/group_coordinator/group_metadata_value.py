@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -42,19 +41,39 @@ _F_ii = struct.Struct('>ii')
 _F_q = struct.Struct('>q')
 
 
-@dataclass(slots=True)
-class MemberMetadata:
-    member_id: str = ''
-    group_instance_id: str | None = None
-    client_id: str = ''
-    client_host: str = ''
-    rebalance_timeout: int = -1
-    session_timeout: int = 0
-    subscription: bytes = b''
-    assignment: bytes = b''
+class MemberMetadata(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'rebalance_timeout', 'session_timeout', 'subscription', 'assignment')
+    __slots__ = FIELDS
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+    def __init__(
+        self,
+        member_id: str = '',
+        group_instance_id: str | None = None,
+        client_id: str = '',
+        client_host: str = '',
+        rebalance_timeout: int = -1,
+        session_timeout: int = 0,
+        subscription: bytes = b'',
+        assignment: bytes = b'',
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout = rebalance_timeout
+        self.session_timeout = session_timeout
+        self.subscription = subscription
+        self.assignment = assignment
 
 
-@dataclass(slots=True)
 class GroupMetadataValue(Message):
     """GroupMetadataValue, versions 0-4."""
 
@@ -64,12 +83,30 @@ class GroupMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    protocol_type: str = ''
-    generation: int = 0
-    protocol: str | None = ''
-    leader: str | None = ''
-    current_state_timestamp: int = -1
-    members: list[MemberMetadata] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('protocol_type', 'generation', 'protocol', 'leader', 'current_state_timestamp', 'members')
+    __slots__ = FIELDS
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: list[MemberMetadata]
+
+    def __init__(
+        self,
+        protocol_type: str = '',
+        generation: int = 0,
+        protocol: str | None = '',
+        leader: str | None = '',
+        current_state_timestamp: int = -1,
+        members: list[MemberMetadata] | Default = Default.FRESH,
+    ) -> None:
+        self.protocol_type = protocol_type
+        self.generation = generation
+        self.protocol = protocol
+        self.leader = leader
+        self.current_state_timestamp = current_state_timestamp
+        self.members = [] if members is Default.FRESH else members
 
 
 def _write_member_metadata_v0(out: bytearray, o: MemberMetadata) -> None:

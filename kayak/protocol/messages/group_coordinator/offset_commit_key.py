@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -26,7 +25,6 @@ __all__ = ['OffsetCommitKey']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class OffsetCommitKey(Message):
     """OffsetCommitKey, versions 0-1."""
 
@@ -36,9 +34,21 @@ class OffsetCommitKey(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group: str = ''
-    topic: str = ''
-    partition: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('group', 'topic', 'partition')
+    __slots__ = FIELDS
+    group: str
+    topic: str
+    partition: int
+
+    def __init__(
+        self,
+        group: str = '',
+        topic: str = '',
+        partition: int = 0,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
 
 
 def _write_offset_commit_key_v0(out: bytearray, o: OffsetCommitKey) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -31,7 +30,6 @@ _F_qi = struct.Struct('>qi')
 _F_qq = struct.Struct('>qq')
 
 
-@dataclass(slots=True)
 class OffsetCommitValue(Message):
     """OffsetCommitValue, versions 0-4."""
 
@@ -41,11 +39,27 @@ class OffsetCommitValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_VERSION: ClassVar[int | None] = 4
-    offset: int = 0
-    leader_epoch: int = -1
-    metadata: str = ''
-    commit_timestamp: int = 0
-    expire_timestamp: int = -1
+    FIELDS: ClassVar[tuple[str, ...]] = ('offset', 'leader_epoch', 'metadata', 'commit_timestamp', 'expire_timestamp')
+    __slots__ = FIELDS
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int
+
+    def __init__(
+        self,
+        offset: int = 0,
+        leader_epoch: int = -1,
+        metadata: str = '',
+        commit_timestamp: int = 0,
+        expire_timestamp: int = -1,
+    ) -> None:
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.expire_timestamp = expire_timestamp
 
 
 def _write_offset_commit_value_v0(out: bytearray, o: OffsetCommitValue) -> None:

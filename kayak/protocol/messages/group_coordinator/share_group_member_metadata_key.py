@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupMemberMetadataKey']
 
 
-@dataclass(slots=True)
 class ShareGroupMemberMetadataKey(Message):
     """ShareGroupMemberMetadataKey, versions 10-10."""
 
@@ -33,8 +31,18 @@ class ShareGroupMemberMetadataKey(Message):
     MIN_VERSION: ClassVar[int] = 10
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
-    member_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
 
 
 def _write_share_group_member_metadata_key_v10(out: bytearray, o: ShareGroupMemberMetadataKey) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,7 +28,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupMemberMetadataValue']
 
 
-@dataclass(slots=True)
 class ShareGroupMemberMetadataValue(Message):
     """ShareGroupMemberMetadataValue, versions 0-0."""
 
@@ -39,10 +37,24 @@ class ShareGroupMemberMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    rack_id: str | None = ''
-    client_id: str = ''
-    client_host: str = ''
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('rack_id', 'client_id', 'client_host', 'subscribed_topic_names')
+    __slots__ = FIELDS
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+
+    def __init__(
+        self,
+        rack_id: str | None = '',
+        client_id: str = '',
+        client_host: str = '',
+        subscribed_topic_names: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is Default.FRESH else subscribed_topic_names
 
 
 def _write_share_group_member_metadata_value_v0(out: bytearray, o: ShareGroupMemberMetadataValue) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['ShareGroupMetadataValue']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class ShareGroupMetadataValue(Message):
     """ShareGroupMetadataValue, versions 0-0."""
 
@@ -35,7 +33,15 @@ class ShareGroupMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    epoch: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('epoch',)
+    __slots__ = FIELDS
+    epoch: int
+
+    def __init__(
+        self,
+        epoch: int = 0,
+    ) -> None:
+        self.epoch = epoch
 
 
 def _write_share_group_metadata_value_v0(out: bytearray, o: ShareGroupMetadataValue) -> None:

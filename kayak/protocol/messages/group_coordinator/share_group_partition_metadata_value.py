@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -32,21 +31,42 @@ __all__ = ['PartitionMetadata', 'ShareGroupPartitionMetadataValue', 'TopicMetada
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
-class PartitionMetadata:
-    partition: int = 0
-    racks: list[str] = field(default_factory=list)
+class PartitionMetadata(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('partition', 'racks')
+    __slots__ = FIELDS
+    partition: int
+    racks: list[str]
+
+    def __init__(
+        self,
+        partition: int = 0,
+        racks: list[str] | Default = Default.FRESH,
+    ) -> None:
+        self.partition = partition
+        self.racks = [] if racks is Default.FRESH else racks
 
 
-@dataclass(slots=True)
-class TopicMetadata:
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ''
-    num_partitions: int = 0
-    partition_metadata: list[PartitionMetadata] = field(default_factory=list)
+class TopicMetadata(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'topic_name', 'num_partitions', 'partition_metadata')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+    partition_metadata: list[PartitionMetadata]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = '',
+        num_partitions: int = 0,
+        partition_metadata: list[PartitionMetadata] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.num_partitions = num_partitions
+        self.partition_metadata = [] if partition_metadata is Default.FRESH else partition_metadata
 
 
-@dataclass(slots=True)
 class ShareGroupPartitionMetadataValue(Message):
     """ShareGroupPartitionMetadataValue, versions 0-0."""
 
@@ -56,7 +76,15 @@ class ShareGroupPartitionMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    topics: list[TopicMetadata] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('topics',)
+    __slots__ = FIELDS
+    topics: list[TopicMetadata]
+
+    def __init__(
+        self,
+        topics: list[TopicMetadata] | Default = Default.FRESH,
+    ) -> None:
+        self.topics = [] if topics is Default.FRESH else topics
 
 
 def _write_partition_metadata_v0(out: bytearray, o: PartitionMetadata) -> None:

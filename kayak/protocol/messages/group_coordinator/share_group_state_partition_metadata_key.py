@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupStatePartitionMetadataKey']
 
 
-@dataclass(slots=True)
 class ShareGroupStatePartitionMetadataKey(Message):
     """ShareGroupStatePartitionMetadataKey, versions 15-15."""
 
@@ -33,7 +31,15 @@ class ShareGroupStatePartitionMetadataKey(Message):
     MIN_VERSION: ClassVar[int] = 15
     MAX_VERSION: ClassVar[int] = 15
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id',)
+    __slots__ = FIELDS
+    group_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+    ) -> None:
+        self.group_id = group_id
 
 
 def _write_share_group_state_partition_metadata_key_v15(out: bytearray, o: ShareGroupStatePartitionMetadataKey) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
-from kayak.protocol.message import Message
+from kayak.protocol.message import Default, Message, Struct
 from kayak.protocol.primitives import (
     Buffer,
     Records,
@@ -29,20 +28,39 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupStatePartitionMetadataValue', 'TopicInfo', 'TopicPartitionsInfo']
 
 
-@dataclass(slots=True)
-class TopicPartitionsInfo:
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ''
-    partitions: list[int] = field(default_factory=list)
+class TopicPartitionsInfo(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'topic_name', 'partitions')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[int]
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = '',
+        partitions: list[int] | Default = Default.FRESH,
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is Default.FRESH else partitions
 
 
-@dataclass(slots=True)
-class TopicInfo:
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ''
+class TopicInfo(Struct):
+    FIELDS: ClassVar[tuple[str, ...]] = ('topic_id', 'topic_name')
+    __slots__ = FIELDS
+    topic_id: uuid.UUID
+    topic_name: str
+
+    def __init__(
+        self,
+        topic_id: uuid.UUID = ZERO_UUID,
+        topic_name: str = '',
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
 
 
-@dataclass(slots=True)
 class ShareGroupStatePartitionMetadataValue(Message):
     """ShareGroupStatePartitionMetadataValue, versions 0-0."""
 
@@ -52,8 +70,18 @@ class ShareGroupStatePartitionMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    initialized_topics: list[TopicPartitionsInfo] = field(default_factory=list)
-    deleting_topics: list[TopicInfo] = field(default_factory=list)
+    FIELDS: ClassVar[tuple[str, ...]] = ('initialized_topics', 'deleting_topics')
+    __slots__ = FIELDS
+    initialized_topics: list[TopicPartitionsInfo]
+    deleting_topics: list[TopicInfo]
+
+    def __init__(
+        self,
+        initialized_topics: list[TopicPartitionsInfo] | Default = Default.FRESH,
+        deleting_topics: list[TopicInfo] | Default = Default.FRESH,
+    ) -> None:
+        self.initialized_topics = [] if initialized_topics is Default.FRESH else initialized_topics
+        self.deleting_topics = [] if deleting_topics is Default.FRESH else deleting_topics
 
 
 def _write_topic_partitions_info_v0(out: bytearray, o: TopicPartitionsInfo) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupTargetAssignmentMemberKey']
 
 
-@dataclass(slots=True)
 class ShareGroupTargetAssignmentMemberKey(Message):
     """ShareGroupTargetAssignmentMemberKey, versions 13-13."""
 
@@ -33,8 +31,18 @@ class ShareGroupTargetAssignmentMemberKey(Message):
     MIN_VERSION: ClassVar[int] = 13
     MAX_VERSION: ClassVar[int] = 13
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
-    member_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id', 'member_id')
+    __slots__ = FIELDS
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+        member_id: str = '',
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
 
 
 def _write_share_group_target_assignment_member_key_v13(out: bytearray, o: ShareGroupTargetAssignmentMemberKey) -> None:

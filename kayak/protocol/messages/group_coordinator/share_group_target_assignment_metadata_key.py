@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -23,7 +22,6 @@ from kayak.protocol.primitives import (
 __all__ = ['ShareGroupTargetAssignmentMetadataKey']
 
 
-@dataclass(slots=True)
 class ShareGroupTargetAssignmentMetadataKey(Message):
     """ShareGroupTargetAssignmentMetadataKey, versions 12-12."""
 
@@ -33,7 +31,15 @@ class ShareGroupTargetAssignmentMetadataKey(Message):
     MIN_VERSION: ClassVar[int] = 12
     MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_VERSION: ClassVar[int | None] = None
-    group_id: str = ''
+    FIELDS: ClassVar[tuple[str, ...]] = ('group_id',)
+    __slots__ = FIELDS
+    group_id: str
+
+    def __init__(
+        self,
+        group_id: str = '',
+    ) -> None:
+        self.group_id = group_id
 
 
 def _write_share_group_target_assignment_metadata_key_v12(out: bytearray, o: ShareGroupTargetAssignmentMetadataKey) -> None:

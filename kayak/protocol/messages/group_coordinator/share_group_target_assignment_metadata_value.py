@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kayak.errors import MalformedMessageError
@@ -25,7 +24,6 @@ __all__ = ['ShareGroupTargetAssignmentMetadataValue']
 _F_i = struct.Struct('>i')
 
 
-@dataclass(slots=True)
 class ShareGroupTargetAssignmentMetadataValue(Message):
     """ShareGroupTargetAssignmentMetadataValue, versions 0-0."""
 
@@ -35,7 +33,15 @@ class ShareGroupTargetAssignmentMetadataValue(Message):
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
-    assignment_epoch: int = 0
+    FIELDS: ClassVar[tuple[str, ...]] = ('assignment_epoch',)
+    __slots__ = FIELDS
+    assignment_epoch: int
+
+    def __init__(
+        self,
+        assignment_epoch: int = 0,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
 
 
 def _write_share_group_target_assignment_metadata_value_v0(out: bytearray, o: ShareGroupTargetAssignmentMetadataValue) -> None:
