@@ -67,7 +67,8 @@ $(JVM_LIB)/.fetched: $(JVM_POMS) | java
 		echo "installing Maven (Debian package) for the JVM peers"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq maven >/dev/null; }
-	rm -rf $(JVM_LIB)/kafka $(JVM_LIB)/spark-kafka $(JVM_LIB)/connect-plugins $(JVM_LIB)/.markers
+	rm -rf $(JVM_LIB)/kafka $(JVM_LIB)/spark-kafka $(JVM_LIB)/connect-plugins $(JVM_LIB)/.markers \
+		$(JVM_LIB)/kafka-tools.jsa
 	mvn -q -B -Dstyle.color=never -f tools/jvm/pom.xml -Djvm.lib=$(abspath $(JVM_LIB)) package
 	@touch $@
 
