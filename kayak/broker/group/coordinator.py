@@ -13,7 +13,8 @@ from collections.abc import Callable
 from kayak.broker.group.admin import GroupAdmin
 from kayak.broker.group.config import GroupCoordinatorConfig
 from kayak.broker.group.group import Group
-from kayak.broker.group.membership import JoinParams, LeavingMember, Membership, SyncParams
+from kayak.broker.group.member_requests import JoinParams, LeavingMember, SyncParams
+from kayak.broker.group.membership import Membership
 from kayak.broker.group.metadata_writer import GroupMetadataWriter
 from kayak.broker.group.offset_delete import delete_offsets
 from kayak.broker.group.offset_requests import (

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 from uuid import uuid4
 
 from kayak.broker.group.config import GroupCoordinatorConfig
 from kayak.broker.group.group import Group
-from kayak.broker.group.member import Member, Protocols
+from kayak.broker.group.member import Member
+from kayak.broker.group.member_requests import JoinParams, LeavingMember, SyncParams
 from kayak.broker.group.results import JoinResult, SyncResult
 from kayak.broker.group.state import GroupState
 from kayak.errors import ErrorCode
@@ -29,42 +29,6 @@ _E = ErrorCode
 
 T = TypeVar("T")
 TimerCallback = Callable[[Group], None]
-
-
-@dataclass(frozen=True, slots=True)
-class JoinParams:
-    """A JoinGroup request with its version differences already resolved."""
-
-    group_id: str
-    member_id: str  # "" for a member without an id yet
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: Protocols
-    require_known_member_id: bool  # v4+: a new member first gets MEMBER_ID_REQUIRED (KIP-394)
-    supports_skip_assignment: bool  # v9+: a rejoining static leader may skip assigning
-
-
-@dataclass(frozen=True, slots=True)
-class SyncParams:
-    """A SyncGroup request with its version differences already resolved."""
-
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None  # None: not sent (before v5)
-    protocol_name: str | None
-    assignments: Mapping[str, bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class LeavingMember:
-    member_id: str
-    group_instance_id: str | None
 
 
 class Membership:
