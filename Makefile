@@ -78,7 +78,7 @@ $(JVM_LIB)/.fetched: $(JVM_POMS) | java
 
 # A class-data-sharing archive of the classes a Spark driver loads, from one small job
 # (tools/jvm/spark_class_archive.py), which the tests' Spark drivers map (tests/conftest.py):
-# that job's JVM takes 16 CPU-s with it, 23 without. The JVM options match the tests'. Made
+# that job's JVM takes 16 CPU-s with it, 23 without. The script holds the JVM options. Made
 # again when the venv is reinstalled; if the JVM writes none, Spark simply starts without it.
 SPARK_ARCHIVE := $(JVM_LIB)/spark-driver.jsa
 spark-archive: $(SPARK_ARCHIVE)
@@ -86,9 +86,7 @@ $(SPARK_ARCHIVE): $(VENV)/.dev-installed tools/jvm/spark_class_archive.py | java
 	@mkdir -p $(JVM_LIB)
 	@echo "archiving a Spark driver's classes into $@"
 	@rm -f $@ $@.partial
-	@SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds*=off \
-		-XX:ArchiveClassesAtExit=$(abspath $@).partial" \
-		$(BIN)/python tools/jvm/spark_class_archive.py 2>$(JVM_LIB)/spark-archive.log \
+	@$(BIN)/python tools/jvm/spark_class_archive.py $@.partial 2>$(JVM_LIB)/spark-archive.log \
 		|| echo "the Spark class archive's job failed: see $(JVM_LIB)/spark-archive.log"
 	@if [ -f $@.partial ]; then mv $@.partial $@; \
 	else echo "no Spark class archive was written: the tests' Spark starts without it"; fi

@@ -22,31 +22,39 @@ pytest_plugins = [
 
 REPO = Path(__file__).resolve().parent.parent
 
+SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))
+
+
+def load_tool(path: str) -> ModuleType:
+    """Import a script under tools/ (not part of the package), such as generate_protocol.py."""
+    name = Path(path).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_generator() -> ModuleType:
+    """Import tools/generate_protocol.py."""
+    return load_tool("generate_protocol.py")
+
+
 # Spark's JVMs in tests live for seconds to a minute, where tiered compilation's C2 costs more
 # CPU than it saves: with the C1 compiler alone tests/cli/test_cli_pipeline.py took 60
 # CPU-seconds instead of 82. The suite is CPU-bound on two cores. (spark-submit adds
 # SPARK_SUBMIT_OPTS to the driver's JVM, which runs local[N] executors too.) The drivers also
 # map the class-data-sharing archive `make spark-archive` writes (a small job: 23 -> 16
 # CPU-s); the JVM ignores an archive that no longer matches its jars.
-_SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_spark_archive = load_tool("jvm/spark_class_archive.py")
 _SPARK_ARCHIVE = Path(os.environ.get("KAYAK_JVM_LIB", REPO / ".jvm")) / "spark-driver.jsa"
+_SPARK_JVM_OPTIONS = _spark_archive.JVM_OPTIONS
 if _SPARK_ARCHIVE.exists():
-    _SPARK_JVM_OPTIONS += f" -Xlog:cds*=off -XX:SharedArchiveFile={_SPARK_ARCHIVE}"
+    _SPARK_JVM_OPTIONS += f" {_spark_archive.QUIET_CDS} -XX:SharedArchiveFile={_SPARK_ARCHIVE}"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", _SPARK_JVM_OPTIONS)
-SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))
-
-
-def load_generator() -> ModuleType:
-    """Import tools/generate_protocol.py (a script, not part of the package)."""
-    name = "generate_protocol"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "generate_protocol.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")

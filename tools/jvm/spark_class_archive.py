@@ -1,9 +1,12 @@
 """Run a small Spark job whose JVM archives the classes it loads (class data sharing).
 
-``make spark-archive`` runs this with ``-XX:ArchiveClassesAtExit`` in ``SPARK_SUBMIT_OPTS``;
-the tests then start every Spark driver with ``-XX:SharedArchiveFile`` on that archive. The
-job touches what kayak's pipeline uses in the driver JVM: Spark SQL, a streaming query with
-``foreachBatch``, and Arrow batches to and from Python workers.
+``make spark-archive`` runs ``python tools/jvm/spark_class_archive.py ARCHIVE``; the tests
+(``tests/conftest.py``) start every Spark driver with :data:`JVM_OPTIONS` and
+``-XX:SharedArchiveFile`` on that archive, and the JVM maps it only when the options it was
+written with match, hence one definition here.
+
+The job touches what kayak's pipeline uses in the driver JVM: Spark SQL, a streaming query
+with ``foreachBatch``, and Arrow batches to and from Python workers.
 """
 
 from __future__ import annotations
@@ -12,16 +15,29 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+# Short-lived Spark JVMs spend less CPU on the C1 compiler alone and a serial collector.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+QUIET_CDS = "-Xlog:cds*=off"  # CDS's own log lines (an archive written, a mismatch) go to stdout
 
 
 def _same(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
-def main() -> None:
+def main(archive: Path) -> None:
+    """Run the job in a JVM that writes its classes to ``archive`` as it exits."""
+    from pyspark.sql import SparkSession
+
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        f"{JVM_OPTIONS} {QUIET_CDS} -XX:ArchiveClassesAtExit={archive.resolve()}"
+    )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers with this venv's pyarrow
     spark = (
         SparkSession.builder.master("local[2]")
@@ -60,4 +76,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tools/jvm/spark_class_archive.py ARCHIVE")
+    main(Path(sys.argv[1]))
