@@ -34,7 +34,9 @@ Positions
 Snapshot durability
     If capture dies before the last snapshot row is acknowledged, the next start drops the
     slot and takes a new snapshot. Acknowledging the ``"last"`` row (or any streamed change)
-    records "snapshot done" in the publication's comment (see :mod:`.slot`).
+    records "snapshot done" in the publication's comment (see :mod:`.slot`), but only a row
+    or change of this source's own snapshot or after it: an acknowledgement of what a source
+    before a reconnect handed out finishes nothing.
 
 Whole transactions
     :meth:`~PostgresSource.read` returns whole source transactions: a read that reaches
@@ -437,7 +439,12 @@ class PostgresSource:
         return batch
 
     def _mark_snapshot_done_if_acknowledged(self, last: Change) -> None:
-        if not self._snapshot_done and (last.snapshot == "last" or last.snapshot == "false"):
+        if self._snapshot_done or last.snapshot not in ("last", "false"):
+            return
+        # Only this source's own snapshot end, or a change streamed after it, finishes the
+        # snapshot. After a reconnect the broker may still acknowledge what the source before
+        # handed out; those changes all lie below this snapshot's consistent point.
+        if last.position >= format_position(self._consistent_point, 0, 0):
             self._mark_snapshot_done()
 
     # -- streaming ------------------------------------------------------------------------------

@@ -420,3 +420,34 @@ def test_copy_rows_share_a_wal_record_but_not_a_position(
     assert len({c.lsn for c in changes}) == 1  # one multi-insert WAL record
     positions = [c.position for c in changes]
     assert positions == sorted(positions) and len(set(positions)) == 3
+
+
+def test_an_acknowledgement_from_before_a_snapshot_taken_again_does_not_finish_it(
+    db: psycopg.Connection[Any], make_source: SourceFactory
+) -> None:
+    """Capture reconnects while its first snapshot is unacknowledged, so the new source takes
+    the snapshot again; the broker then acknowledges what the first source handed out (its
+    ``last`` row, a change streamed after it). Neither may record the new snapshot as done:
+    had it been, dying inside the new snapshot would resume streaming past rows never
+    published (CI met this under load: a delete arrived for a row no snapshot carried)."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    db.execute("INSERT INTO t SELECT generate_series(1, 5)")
+    first = make_source(["t"])
+    snapshot = read_all(first)
+    db.execute("INSERT INTO t VALUES (6)")
+    streamed = read_all(first)
+    assert [c.snapshot for c in snapshot][-1] == "last" and [c.op for c in streamed] == [Op.CREATE]
+    first.close()  # the acknowledgements are still on their way
+
+    second = make_source(["t"], snapshot_fetch_rows=2)
+    partial = second.read(2, 1.0)
+    assert [c.snapshot for c in partial] == ["true", "true"]
+    second.acknowledge(snapshot[-1])
+    second.acknowledge(streamed[-1])
+    second.acknowledge(partial[-1])
+    second.close()  # dies inside its snapshot
+
+    third = make_source(["t"])
+    redone = read_all(third)
+    assert [c.op for c in redone] == [Op.READ] * 6, "the unfinished snapshot was not redone"
+    assert redone[-1].snapshot == "last"
