@@ -185,10 +185,8 @@ class BrokerConnection:
         if context is not None:
             tls = {"ssl": context, "server_hostname": self.host, "ssl_handshake_timeout": timeout}
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: self._receiver, self.host, self.port, **tls),
-                timeout,
-            )
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(lambda: self._receiver, self.host, self.port, **tls)
         except TimeoutError:
             raise KafkaTimeoutError(f"connecting to {self.host}:{self.port} timed out") from None
         except ssl.SSLError as exc:
@@ -358,7 +356,8 @@ class BrokerConnection:
         """The response ``waiter`` (from :meth:`send`) resolves to, within ``timeout`` (default
         ``request.timeout.ms``); after a timeout the connection is given up."""
         try:
-            response = await asyncio.wait_for(waiter, timeout or self.request_timeout)
+            async with asyncio.timeout(timeout or self.request_timeout):
+                response = await waiter
         except TimeoutError:
             # The stream is now out of step with what we think is pending: give it up.
             self._fail(KafkaTimeoutError(f"request to {self} timed out"))

@@ -22,7 +22,8 @@ async def reachable(host: str, port: int) -> tuple[bool, float | None]:
     """Whether ``host:port`` accepts a TCP connection, and how long that took (ms)."""
     started = time.monotonic()
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return False, None
     writer.close()

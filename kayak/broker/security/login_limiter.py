@@ -242,7 +242,8 @@ class LoginLimiter:
         if slots.held_until:
             timeout = min(timeout, slots.held_until[0] - self._clock())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ticket.event.wait(), max(timeout, 0.001))
+            async with asyncio.timeout(max(timeout, 0.001)):
+                await ticket.event.wait()
 
     def _take(self, address: str) -> LoginAttempt:
         slots = self._slots.setdefault(address, _Slots())

@@ -185,7 +185,8 @@ class AdminCore:
             self.cluster.any_connection() if target is ANY else self.cluster.connection(target)
         )
         try:
-            return await asyncio.wait_for(opening, max(deadline.remaining(), 0.001))
+            async with asyncio.timeout(max(deadline.remaining(), 0.001)):
+                return await opening
         except TimeoutError:
             where = "any broker" if target is ANY else f"broker {target}"
             raise KafkaTimeoutError(f"could not connect to {where} in time") from None
@@ -313,7 +314,8 @@ class AdminCore:
         self.coordinators.clear()
         self.controller_id = None
         try:
-            await asyncio.wait_for(self.cluster.refresh_metadata(), deadline.remaining() or 0.001)
+            async with asyncio.timeout(deadline.remaining() or 0.001):
+                await self.cluster.refresh_metadata()
         except (KayakError, TimeoutError) as exc:
             log.debug("metadata refresh before retry failed: %s", exc)
 

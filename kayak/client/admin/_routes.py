@@ -183,9 +183,8 @@ async def leaders(
     cluster = core.cluster
     missing = {tp.topic for tp in partitions if _route_unknown(core, tp)}
     if missing:
-        await asyncio.wait_for(
-            cluster.refresh_metadata(sorted(missing)), max(deadline.remaining(), 0.001)
-        )
+        async with asyncio.timeout(max(deadline.remaining(), 0.001)):
+            await cluster.refresh_metadata(sorted(missing))
     return {tp: _leader(core, tp) for tp in partitions}
 
 

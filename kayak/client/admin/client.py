@@ -102,7 +102,8 @@ class Admin:
                 return
             deadline = self._core.deadline(None)
             try:
-                await asyncio.wait_for(self.cluster.bootstrap(), deadline.remaining())
+                async with asyncio.timeout(deadline.remaining()):
+                    await self.cluster.bootstrap()
             except TimeoutError:
                 servers = ", ".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
                 raise KafkaTimeoutError(

@@ -206,9 +206,8 @@ class Consumer(RecordPolling):
         if owned:
             await call_listener(listener, "on_partitions_revoked", owned)
         with contextlib.suppress(KayakError, TimeoutError):
-            await asyncio.wait_for(
-                group.leave("unsubscribed"), self.config.request_timeout_ms / 1000
-            )
+            async with asyncio.timeout(self.config.request_timeout_ms / 1000):
+                await group.leave("unsubscribed")
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._subscriptions.assignment)

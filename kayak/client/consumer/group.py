@@ -153,7 +153,8 @@ class GroupMember(GroupCommits):
         if owned and self._subscriptions.uses_group_assignment:
             await call_listener(self._subscriptions.listener, "on_partitions_revoked", owned)
         with contextlib.suppress(KayakError, TimeoutError):
-            await asyncio.wait_for(self.leave("the consumer is closing"), timeout)
+            async with asyncio.timeout(timeout):
+                await self.leave("the consumer is closing")
         self.state = MemberState.CLOSED
         if self._coordinator is not None:
             await self._coordinator.close()

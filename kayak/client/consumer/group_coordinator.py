@@ -176,7 +176,8 @@ class GroupCoordinator:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return await asyncio.wait_for(step(), max(remaining, 0.001))
+                async with asyncio.timeout(max(remaining, 0.001)):
+                    return await step()
             except TimeoutError:
                 raise KafkaTimeoutError(
                     f"group {self.group_id}: {what} did not complete in {timeout:g}s"

@@ -82,7 +82,8 @@ class BufferMemory:
         entry = (amount, waiter)
         self.waiters.append(entry)
         try:
-            await asyncio.wait_for(waiter, timeout)
+            async with asyncio.timeout(timeout):
+                await waiter
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"buffer.memory ({self.limit} bytes) stayed full for max.block.ms "

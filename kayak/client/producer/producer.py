@@ -220,7 +220,8 @@ class Producer(RecordAppender):
     async def _connect(self, cluster: Cluster, deadline: Deadline) -> None:
         servers = ", ".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
         try:
-            await asyncio.wait_for(cluster.bootstrap(), deadline.remaining())
+            async with asyncio.timeout(deadline.remaining()):
+                await cluster.bootstrap()
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"no broker of bootstrap.servers ({servers}) answered within max.block.ms "
@@ -275,7 +276,8 @@ class Producer(RecordAppender):
         self._require_started()
         if self._waiting_tasks:  # produce()d records waiting for their topic's metadata
             try:
-                await asyncio.wait_for(self._wait_for_waiting_topics(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wait_for_waiting_topics()
             except TimeoutError:
                 raise KafkaTimeoutError(
                     f"flush: records still wait for their topic's metadata after {timeout:g} s"
@@ -286,7 +288,8 @@ class Producer(RecordAppender):
         self._accumulator.flushing += 1
         self._sender.wake_all()
         try:
-            await asyncio.wait_for(asyncio.gather(*waiters), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*waiters)
         except TimeoutError:
             pending = sum(not w.done() for w in waiters)
             raise KafkaTimeoutError(

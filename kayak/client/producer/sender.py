@@ -96,6 +96,7 @@ class BrokerSender:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._requests: set[asyncio.Task[None]] = set()
+        self._last_exchange: asyncio.Task[None] | None = None
         self._task = asyncio.ensure_future(self._run())
 
     def __repr__(self) -> str:
@@ -205,7 +206,9 @@ class BrokerSender:
             owner.batches_settled()
             return
         self.in_flight += 1
-        task = asyncio.ensure_future(self._exchange(connection, waiter, request, sending))
+        before = self._last_exchange
+        task = asyncio.ensure_future(self._exchange(connection, waiter, request, sending, before))
+        self._last_exchange = task
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
@@ -215,18 +218,30 @@ class BrokerSender:
         waiter: asyncio.Future[Message],
         request: ProduceRequest,
         batches: list[ProducerBatch],
+        before: asyncio.Task[None] | None,
     ) -> None:
         owner = self._owner
         try:
-            response: ProduceResponse = await connection.wait_response(waiter, request)
-        except KayakError as exc:
-            owner.request_failed(batches, exc)
-        else:
-            owner.response_received(batches, response)
+            try:
+                response: ProduceResponse = await connection.wait_response(waiter, request)
+            except KayakError as exc:
+                await self._after(before)
+                owner.request_failed(batches, exc)
+            else:
+                await self._after(before)
+                owner.response_received(batches, response)
         finally:
             self.in_flight -= 1
             self._wakeup.set()
             owner.batches_settled()
+
+    @staticmethod
+    async def _after(before: asyncio.Task[None] | None) -> None:
+        """Answers are handled in the order their requests were sent, whichever task the
+        loop wakes first (one whose answer is already in does not wait at all), so each
+        partition's delivery reports follow its offsets."""
+        if before is not None and not before.done():
+            await asyncio.wait({before})
 
     async def stop(self) -> None:
         if self._timer is not None:
@@ -355,7 +370,8 @@ class Sender:
         max_age = self.config.metadata_max_age_ms / 1000
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._refresh_wanted.wait(), max_age)
+                async with asyncio.timeout(max_age):
+                    await self._refresh_wanted.wait()
             self._refresh_wanted.clear()
             try:
                 await self.cluster.refresh_metadata()
@@ -516,7 +532,8 @@ class Sender:
         while self.accumulator.in_flight_batches:
             self._settled.clear()
             with contextlib.suppress(TimeoutError):  # look again now and then, to be sure
-                await asyncio.wait_for(self._settled.wait(), 0.1)
+                async with asyncio.timeout(0.1):
+                    await self._settled.wait()
         attempt = 0
         while idempotence.bump_reason is not None:
             try:

@@ -415,7 +415,8 @@ class TransactionManager(CoordinatorRequests):
         ending = self._ending
         assert ending is not None
         try:
-            await asyncio.wait_for(asyncio.shield(ending), deadline.remaining())
+            async with asyncio.timeout(deadline.remaining()):
+                await asyncio.shield(ending)
         except TimeoutError:
             raise KafkaTimeoutError(
                 f"the transaction did not end within the timeout ({self.state.value}); call "

@@ -215,7 +215,8 @@ class CoordinatorRequests(IdempotenceManager):
         tries = 0
         while True:
             try:
-                await asyncio.wait_for(attempt(), max(deadline.remaining(), 0.001))
+                async with asyncio.timeout(max(deadline.remaining(), 0.001)):
+                    await attempt()
                 return
             except Retry as exc:
                 if exc.code in COORDINATOR_MOVED:

@@ -79,7 +79,8 @@ class WorkerProcess:
         assert process.stdin is not None
         process.stdin.close()
         try:
-            await asyncio.wait_for(process.wait(), _STOP_TIMEOUT)
+            async with asyncio.timeout(_STOP_TIMEOUT):
+                await process.wait()
         except TimeoutError:
             process.kill()
             await process.wait()
