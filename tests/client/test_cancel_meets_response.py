@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import socket
+import time
 from pathlib import Path
 
+import pytest
+
 from kayak.client.connection import BrokerConnection
+from kayak.errors import KafkaTimeoutError
 from kayak.protocol.messages.metadata_request import MetadataRequest
 from tests.client.conftest import RunningBroker
 from tests.client.consumer_support import run
@@ -53,6 +58,24 @@ async def _cancelled_as_its_response_lands(connection: BrokerConnection) -> asyn
     waiting.append(asyncio.ensure_future(connection.wait_response(waiter, request)))
     await asyncio.wait(waiting, timeout=10)
     return waiting[0]
+
+
+def test_a_request_without_an_answer_times_out_and_gives_up_the_connection() -> None:
+    """The other side of the same wait: a broker that accepts and never answers. The request
+    fails after ``request.timeout.ms`` naming itself, and the connection is given up."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+
+        async def main() -> None:
+            connection = BrokerConnection("127.0.0.1", port, request_timeout_ms=300)
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError, match=r"ApiVersionsRequest to 127\.0\.0\.1:\d+ "
+                               r"got no response in 0\.3s \(request\.timeout\.ms\)"):
+                await connection.connect(5)
+            assert 0.3 <= time.monotonic() - started < 3
+            assert not connection.usable
+
+        run(main())
 
 
 def test_kayak_never_waits_with_asyncio_wait_for() -> None:
