@@ -20,18 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import ssl
 import time
-from collections import Counter, deque
-from typing import Any, cast
+from collections import deque
+from collections.abc import Callable
+from typing import cast
 
+from kayak.broker.connection_tracker import ConnectionTracker
 from kayak.broker.context import BrokerContext, RequestContext
-from kayak.broker.handlers import HANDLERS, error_response, unsupported_version_response
+from kayak.broker.handlers import (
+    ANSWERED_NOW,
+    HANDLERS,
+    ImmediateHandler,
+    error_response,
+    unsupported_version_response,
+)
 from kayak.broker.log import FileSlice
-from kayak.broker.metrics.requests import RequestMetrics
 from kayak.broker.security.listeners import Listener
 from kayak.broker.security.session import ConnectionSession
 from kayak.broker.security.tls import principal_from_peercert
@@ -50,73 +58,10 @@ _MAX_BUFFERED_RESPONSES = 16 * 1024 * 1024
 # the clock anyway when it can): received, handler started, handler done, dequeued for
 # sending; None when the metrics are off.
 Timing = list[float]
-Pending = tuple[int, int, int, "asyncio.Task[Message | None]", Timing | None]
+Pending = tuple[int, int, int, "asyncio.Future[Message | None]", Timing | None]
 
 # Requests an expired SASL session may still send: re-authentication (KIP-368).
 _REAUTHENTICATION_APIS = frozenset({17, 36})
-
-
-class ConnectionTracker:
-    """The broker's open connections: max.connections, max.connections.per.ip and the
-    periodic deadline sweep (idle connections, requests that never finish arriving)."""
-
-    def __init__(self, broker: BrokerContext, metrics: RequestMetrics | None = None) -> None:
-        config = broker.config
-        self.metrics = metrics  # None: requests are not timed
-        self.created = 0  # connections admitted since start (metrics)
-        self.refused = 0  # connections refused by a limit (metrics)
-        self.max_connections = config.max_connections
-        self.max_per_ip = config.max_connections_per_ip
-        self.idle_s = config.connections_max_idle_ms / 1000
-        self.receive_s = config.request_receive_timeout_ms / 1000
-        self.connections: set[BrokerConnection] = set()
-        self._per_ip: Counter[str] = Counter()
-
-    @property
-    def sweep_interval(self) -> float:
-        """Seconds between sweeps: about a second, finer when a deadline is shorter."""
-        return max(min(1.0, self.idle_s / 4, self.receive_s / 4), 0.01)
-
-    def admit(self, connection: BrokerConnection, client_host: str) -> bool:
-        """Count a connection that just opened; False (log line) if over a limit."""
-        if len(self.connections) >= self.max_connections:
-            self.refused += 1
-            log.warning(
-                "refusing a connection from %s: max.connections=%d",
-                client_host,
-                self.max_connections,
-            )
-            return False
-        if self._per_ip[client_host] >= self.max_per_ip:
-            self.refused += 1
-            log.warning(
-                "refusing a connection from %s: it has %d open (max.connections.per.ip=%d)",
-                client_host,
-                self._per_ip[client_host],
-                self.max_per_ip,
-            )
-            return False
-        self.connections.add(connection)
-        self._per_ip[client_host] += 1
-        self.created += 1
-        return True
-
-    def remove(self, connection: BrokerConnection, client_host: str) -> None:
-        if connection in self.connections:
-            self.connections.discard(connection)
-            self._per_ip[client_host] -= 1
-            if self._per_ip[client_host] <= 0:
-                del self._per_ip[client_host]
-
-    def sweep(self, now: float | None = None) -> None:
-        """Close connections past a deadline (one log line each)."""
-        now = time.monotonic() if now is None else now
-        for connection in list(self.connections):
-            connection.check_deadlines(now, self.idle_s, self.receive_s)
-
-    def close_all(self) -> None:
-        for connection in list(self.connections):
-            connection.close()
 
 
 class BrokerConnection(asyncio.BufferedProtocol):
@@ -124,9 +69,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     Requests are read into the buffers the sans-I/O framer hands out (a produce request's
     batches land in a buffer of exactly the request's size and reach the log from there).
-    Each request runs as a task; when the oldest unanswered one finishes, every finished
-    response at the head of the queue is encoded and written together, once per event-loop
-    pass, so that a group commit that releases many requests costs one write per connection.
+    Each request runs as a task, except Produce, which appends as it is read and is answered
+    through a future (``ANSWERED_NOW``) unless a task read before it has yet to start. When
+    the oldest unanswered request finishes, every finished response at the head of the queue
+    is encoded and written together, once per event-loop pass, so that a group commit that
+    releases many requests costs one write per connection.
     """
 
     def __init__(
@@ -153,6 +100,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._last_activity = time.monotonic()
         self._receiving_since = 0.0  # when a partly received request began; 0: none
         self._in_flight = 0  # requests received and not yet answered
+        self._unstarted = 0  # request tasks whose handler has not started yet
         self._pending: deque[Pending] = deque()
         self._flush_scheduled = False
         # Set while a response with file slices is being sent: responses behind it wait.
@@ -350,17 +298,26 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if not self._session_allows(key):
             return
         timing = None if self._metrics is None else [received, 0.0, 0.0, 0.0]
-        coro: Any
+        answer: asyncio.Future[Message | None]
+        ready: Callable[[asyncio.Future[Message | None]], None] = self._response_ready
         if isinstance(event, RequestReceived) and is_supported(key, version) and key in HANDLERS:
             self.broker.catalog.follow()
             ctx = RequestContext(self.broker, event.header, self._client_host, self.session)
-            coro = self._handle(ctx, event.request, timing)
+            now = ANSWERED_NOW.get(key)
+            if now is not None and not self._unstarted:
+                # Run now only behind requests already started, so that handlers still
+                # start in the order their requests arrived.
+                answer = self._answer_now(now, ctx, event.request, timing)
+                if timing is not None:  # the handler's end, stamped as the answer comes
+                    ready = functools.partial(self._answered, timing)
+            else:
+                self._unstarted += 1
+                answer = self._loop.create_task(self._handle(ctx, event.request, timing))
         else:
-            coro = self._unsupported(key, version, timing)
+            answer = self._loop.create_task(self._unsupported(key, version, timing))
         self._in_flight += 1
-        task = self._loop.create_task(coro)
-        self._pending.append((correlation_id, key, version, task, timing))
-        task.add_done_callback(self._response_ready)
+        self._pending.append((correlation_id, key, version, answer, timing))
+        answer.add_done_callback(ready)
 
     def _session_allows(self, api_key: int) -> bool:
         """Whether the session lets ``api_key`` run now; if not, the connection is closed
@@ -392,19 +349,47 @@ class BrokerConnection(asyncio.BufferedProtocol):
     async def _handle(
         self, ctx: RequestContext, request: Message, timing: Timing | None
     ) -> Message | None:
+        self._unstarted -= 1
         if timing is not None:
             timing[1] = time.monotonic()
         try:
             return await HANDLERS[ctx.header.request_api_key](ctx, request)
         except KafkaError as exc:
-            # A whole-request failure a handler did not turn into per-partition codes.
-            response = error_response(ctx.header.request_api_key, ctx.version, exc.code)
-            if response is None:
-                raise
-            return response
+            return self._error_response(ctx, exc)
         finally:
             if timing is not None:
                 timing[2] = time.monotonic()
+
+    def _answer_now(
+        self,
+        handler: ImmediateHandler,
+        ctx: RequestContext,
+        request: Message,
+        timing: Timing | None,
+    ) -> asyncio.Future[Message | None]:
+        if timing is not None:
+            timing[1] = time.monotonic()
+        try:
+            answer: asyncio.Future[Message | None] = handler(ctx, request, self._loop)
+        except Exception as exc:  # as a task's handler would fail: see _flush
+            answer = self._loop.create_future()
+            if isinstance(exc, KafkaError):
+                try:
+                    answer.set_result(self._error_response(ctx, exc))
+                except KafkaError as unanswerable:
+                    answer.set_exception(unanswerable)
+            else:
+                answer.set_exception(exc)
+        return answer
+
+    @staticmethod
+    def _error_response(ctx: RequestContext, exc: KafkaError) -> Message:
+        """A whole-request failure a handler did not turn into per-partition codes; ``exc``
+        again when the response has no top-level error code."""
+        response = error_response(ctx.header.request_api_key, ctx.version, exc.code)
+        if response is None:
+            raise exc
+        return response
 
     async def _unsupported(
         self, api_key: int, version: int, timing: Timing | None
@@ -425,7 +410,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     # -- responses ----------------------------------------------------------------------
 
-    def _response_ready(self, task: asyncio.Task[Message | None]) -> None:
+    def _answered(self, timing: Timing, answer: asyncio.Future[Message | None]) -> None:
+        timing[2] = time.monotonic()
+        self._response_ready(answer)
+
+    def _response_ready(self, _answer: asyncio.Future[Message | None]) -> None:
         """A request finished: write what is ready once this event-loop pass is over."""
         if not self._flush_scheduled and not self._closed:
             self._flush_scheduled = True
@@ -486,12 +475,12 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def _next_response(self) -> SplicedBuffer | None:
         """Take the finished request at the head of the queue and encode its response;
         None when there is nothing to send (acks=0 produce: the protocol says no response)."""
-        correlation_id, api_key, version, task, timing = self._pending.popleft()
+        correlation_id, api_key, version, answer, timing = self._pending.popleft()
         self._in_flight -= 1
         self._last_activity = now = time.monotonic()
-        if task.cancelled():
+        if answer.cancelled():
             raise ConnectionError("request cancelled")  # only when the connection closes
-        response = task.result()
+        response = answer.result()
         if timing is not None:
             assert self._metrics is not None
             timing[3] = now

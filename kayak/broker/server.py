@@ -24,7 +24,8 @@ from typing import Any
 
 from kayak.broker.catalog import TopicCatalog, remove_orphans
 from kayak.broker.config import BrokerConfig
-from kayak.broker.connection import BrokerConnection, ConnectionTracker
+from kayak.broker.connection import BrokerConnection
+from kayak.broker.connection_tracker import ConnectionTracker
 from kayak.broker.consumer_offsets import TOPIC as CONSUMER_OFFSETS
 from kayak.broker.consumer_offsets import ConsumerOffsetsTopic
 from kayak.broker.context import BrokerContext

@@ -4,10 +4,15 @@ A handler is ``async (RequestContext, request) -> response`` (None only for acks
 Per-partition problems become per-partition error codes inside the handler; a
 ``KafkaError`` that escapes a handler is answered with a top-level error code when the
 response has one.
+
+Produce, the request a broker sees most, also has a form that runs without a task:
+``(RequestContext, request, loop) -> Future[response]``, doing its work before it returns and
+setting the future once the answer is ready (``ANSWERED_NOW``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +37,9 @@ from kayak.protocol.message import Message
 from kayak.protocol.messages import API_MESSAGES, ApiKey, response_class
 
 Handler = Callable[[RequestContext, Any], Awaitable[Message | None]]
+ImmediateHandler = Callable[
+    [RequestContext, Any, asyncio.AbstractEventLoop], "asyncio.Future[Any]"
+]
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.API_VERSIONS: api_versions.handle_api_versions,
@@ -69,6 +77,10 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_PRODUCERS: transactions.handle_describe_producers,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_protocol.handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_protocol.handle_consumer_group_describe,
+}
+
+ANSWERED_NOW: dict[int, ImmediateHandler] = {
+    ApiKey.PRODUCE: produce.answer_produce,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from kayak.broker.catalog import Partition
@@ -30,10 +31,19 @@ _FIRST_MAGIC_2_VERSION = 3
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
-    """Append every partition's batches now, in request order; answer when they are durable.
+    """:func:`answer_produce` for a connection that runs its requests as tasks."""
+    return await answer_produce(ctx, request, asyncio.get_running_loop())
 
-    The appends happen before the first ``await`` so that pipelined requests on a connection
-    reach the log in the order they were sent.
+
+def answer_produce(
+    ctx: RequestContext, request: ProduceRequest, loop: asyncio.AbstractEventLoop
+) -> asyncio.Future[ProduceResponse | None]:
+    """Append every partition's batches now, in request order; the future is the answer, set
+    once they are durable.
+
+    No task of its own: a one-record request's task (its creation, its steps, its entry in
+    asyncio's registry of tasks) cost more than its append. The future never carries a
+    ``KafkaError``: failed partitions get their codes in the answer.
     """
     waiting: list[tuple[PartitionProduceResponse, Partition]] = []
     response = ProduceResponse()
@@ -50,31 +60,92 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> Produc
             if partition is not None:
                 waiting.append((result, partition))
         response.responses.append(results)
+    answer: asyncio.Future[ProduceResponse | None] = loop.create_future()
     if request.acks == 0:
-        return None  # nobody waits; the writer makes it durable (and readable) all the same
-    partitions = list(dict.fromkeys(p for _, p in waiting))
-    failed = await _synced(ctx.broker.writer, partitions)
-    for result, partition in waiting:
-        exc = failed.get(partition)
-        if isinstance(exc, KafkaError):
-            # Never acknowledged: the data may not be on disk (see PartitionLog).
-            _failed(result, exc.code, exc.message)
-        elif exc is not None:
-            raise exc
-    return response
+        answer.set_result(None)  # nobody waits; the writer makes it durable (and readable)
+    elif not waiting:
+        answer.set_result(response)
+    elif len(waiting) == 1:  # the common case, without a dict of syncs
+        result, partition = waiting[0]
+        sync = ctx.broker.writer.durable(partition.log)
+        if sync.done():  # flush=never: answered now, without another turn of the loop
+            _one_synced(answer, response, result, sync)
+        else:
+            sync.add_done_callback(functools.partial(_one_synced, answer, response, result))
+    else:
+        _DurableAnswer(answer, response, waiting, ctx.broker.writer)
+    return answer
 
 
-async def _synced(writer: LogWriter, partitions: list[Partition]) -> dict[Partition, BaseException]:
-    """Wait until every partition is durable and visible; what failed, by partition."""
-    if len(partitions) == 1:  # the common case, without gather's extra futures
-        try:
-            await writer.durable(partitions[0].log)
-        except Exception as exc:
-            return {partitions[0]: exc}
-        return {}
-    durable = [writer.durable(p.log) for p in partitions]
-    synced = await asyncio.gather(*durable, return_exceptions=True)
-    return {p: exc for p, exc in zip(partitions, synced, strict=True) if exc is not None}
+def _one_synced(
+    answer: asyncio.Future[ProduceResponse | None],
+    response: ProduceResponse,
+    result: PartitionProduceResponse,
+    sync: asyncio.Future[None],
+) -> None:
+    """One partition's sync ended: answer (unless its connection went away)."""
+    if sync.cancelled():
+        if not answer.done():
+            answer.cancel()
+        return
+    exc = sync.exception()  # retrieved even when nobody waits, so asyncio logs no lost error
+    if answer.done():
+        return
+    if exc is None:
+        answer.set_result(response)
+    elif isinstance(exc, KafkaError):
+        # Never acknowledged: the data may not be on disk (see PartitionLog).
+        _failed(result, exc.code, exc.message)
+        answer.set_result(response)
+    else:
+        answer.set_exception(exc)
+
+
+class _DurableAnswer:
+    """Sets a Produce answer once every partition it appended to is durable (or failed):
+    :func:`_one_synced` for a request to several partitions."""
+
+    __slots__ = ("_answer", "_left", "_response", "_syncs", "_waiting")
+
+    def __init__(
+        self,
+        answer: asyncio.Future[ProduceResponse | None],
+        response: ProduceResponse,
+        waiting: list[tuple[PartitionProduceResponse, Partition]],
+        writer: LogWriter,
+    ) -> None:
+        self._answer = answer
+        self._response = response
+        self._waiting = waiting
+        partitions = dict.fromkeys(p for _, p in waiting)
+        self._syncs = {p: writer.durable(p.log) for p in partitions}
+        self._left = len(self._syncs)
+        for sync in self._syncs.values():
+            sync.add_done_callback(self._synced)
+
+    def _synced(self, _sync: asyncio.Future[None]) -> None:
+        self._left -= 1
+        if self._left:
+            return
+        syncs = self._syncs.values()
+        cancelled = any(sync.cancelled() for sync in syncs)
+        # Retrieved even when nobody waits any more, so that asyncio logs no lost error.
+        failed = {} if cancelled else {p: s.exception() for p, s in self._syncs.items()}
+        answer = self._answer
+        if answer.done():  # cancelled: its connection went away
+            return
+        if cancelled:
+            answer.cancel()
+            return
+        for result, partition in self._waiting:
+            exc = failed[partition]
+            if isinstance(exc, KafkaError):
+                # Never acknowledged: the data may not be on disk (see PartitionLog).
+                _failed(result, exc.code, exc.message)
+            elif exc is not None:
+                answer.set_exception(exc)
+                return
+        answer.set_result(self._response)
 
 
 def _refusal(ctx: RequestContext, topic: str) -> tuple[int, str] | None:

@@ -27,7 +27,7 @@ from kayak.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kayak.broker.catalog import TopicCatalog
-    from kayak.broker.connection import ConnectionTracker
+    from kayak.broker.connection_tracker import ConnectionTracker
     from kayak.broker.group.offsets import OffsetStore
 
 PREFIX = "kayak"
