@@ -37,6 +37,22 @@ def unique(prefix: str) -> str:
     """A topic or group name no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
+def subscribe_when_known(consumer: Any, topic: str, **listener: Any) -> None:
+    """Subscribe a kafka-python consumer once its metadata names ``topic``'s partitions.
+
+    A member that joins before its metadata names the topic is assigned nothing and rejoins
+    once the metadata arrives. kafka-python 3.0.12 can lose that rejoin's assignment: if a
+    poll's timeout ends while the SyncGroup answer is on its way, the finished join is never
+    awaited, and as the leader's new assignment matches the metadata nothing rejoins again. The
+    member then holds no partitions and sends no heartbeats. Under load a 200 ms poll met this
+    about one run in ten (the broker answered every request).
+    """
+    deadline = time.monotonic() + 30
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"kafka-python never saw {topic}"
+        time.sleep(0.05)
+    consumer.subscribe([topic], **listener)
+
 
 def create_topic(
     bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None

@@ -42,6 +42,7 @@ from tests.broker.interop_helpers import (
     create_topic,
     restart_broker,
     run_isolated,
+    subscribe_when_known,
     unique,
     wait_until,
 )
@@ -565,7 +566,6 @@ def test_kafka_python_admin(broker_process: BrokerProcess) -> None:
         assert deleted[KTopicPartition(topic, 0)]["low_watermark"] == 4, deleted
 
         consumer = KafkaConsumer(
-            topic,
             bootstrap_servers=bootstrap,
             group_id=group,
             auto_offset_reset="earliest",
@@ -573,6 +573,7 @@ def test_kafka_python_admin(broker_process: BrokerProcess) -> None:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
+        subscribe_when_known(consumer, topic)
         offsets: list[int] = []
         deadline = time.monotonic() + 20
         while len(offsets) < 6:

@@ -31,6 +31,7 @@ from tests.broker.interop_helpers import (
     mixed_records,
     restart_broker,
     stored_batches,
+    subscribe_when_known,
     unique,
     wait_until,
 )
@@ -265,13 +266,8 @@ class Member(threading.Thread):
         # the leader then assigns nothing and kafka-python rejoins only once its metadata
         # changes: refresh it often so that happens within the test's wait, not in 5 minutes.
         consumer = _consumer(self.bootstrap, self.group, metadata_max_age_ms=1000)
-        # And join only once this client knows the topic's partitions, so the race above
-        # (kafka-python's, not the broker's) cannot leave a member with nothing to consume.
-        deadline = time.monotonic() + 30
-        while not consumer.partitions_for_topic(self.topic):
-            assert time.monotonic() < deadline, f"kafka-python never saw {self.topic}"
-            time.sleep(0.05)
-        consumer.subscribe([self.topic], listener=Listener())
+        # And join only once this client knows the topic's partitions (subscribe_when_known).
+        subscribe_when_known(consumer, self.topic, listener=Listener())
         try:
             while not self.stopping.is_set():
                 if self.hold.is_set():
@@ -399,7 +395,7 @@ def test_committed_offset_survives_restart(broker_process: BrokerProcess) -> Non
         producer.close(5)
 
     consumer = _consumer(bootstrap, group, max_poll_records=10)
-    consumer.subscribe([topic])
+    subscribe_when_known(consumer, topic)
     seen: list[bytes] = []
     deadline = time.monotonic() + 30
     while len(seen) < 10:
@@ -417,7 +413,7 @@ def test_committed_offset_survives_restart(broker_process: BrokerProcess) -> Non
     try:
         committed = consumer.committed(tp)
         assert committed == 10, f"the committed offset after the restart is {committed}, not 10"
-        consumer.subscribe([topic])
+        subscribe_when_known(consumer, topic)
         got: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + 30
         while len(got) < 10:

@@ -32,7 +32,7 @@ import kafka
 import kafka.errors
 from kafka.structs import OffsetAndMetadata
 
-from tests.broker.interop_helpers import HEARTBEAT_MS, SESSION_TIMEOUT_MS
+from tests.broker.interop_helpers import HEARTBEAT_MS, SESSION_TIMEOUT_MS, subscribe_when_known
 
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
 TXN_TIMEOUT_MS = 60_000
@@ -283,7 +283,7 @@ class KafkaPythonProducer:
 class KafkaPythonGroupConsumer:
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.consumer = _kafka_python_consumer(bootstrap, group, isolation_level="read_committed")
-        self.consumer.subscribe([topic])
+        subscribe_when_known(self.consumer, topic)
 
     def poll_values(self, max_records: int) -> list[tuple[int, int, bytes]]:
         batches = self.consumer.poll(timeout_ms=200, max_records=max_records)
