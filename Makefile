@@ -106,10 +106,11 @@ typecheck: $(VENV)/.dev-installed
 
 # pytest exits 5 when it collected nothing; that must fail the build, never pass it.
 # Test files are spread over PYTEST_WORKERS processes (pytest-xdist), each file kept whole so
-# its module fixtures start once. Four on two cores: tests also wait on sockets, fsyncs and
-# processes starting, and the extra workers fill that time (pytest 30:48 on two workers; 25:57,
-# 28:24 and 26:42 on three, with a tenth of the CPU idle; 25:12 on four, 6 % idle).
-PYTEST_WORKERS ?= 4
+# its module fixtures start once. Three on two cores: tests also wait on sockets, fsyncs and
+# processes starting, and a third worker fills that time (pytest 30:48 on two workers; 25:57,
+# 28:24 and 26:42 on three, with a tenth of the CPU idle). A fourth is no faster (25:12 and
+# 28:11, 5-6 % idle) and runs one more Spark session.
+PYTEST_WORKERS ?= 3
 pytest: $(VENV)/.dev-installed system-deps bytecode spark-archive
 	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
