@@ -41,9 +41,10 @@ def answer_produce(
     """Append every partition's batches now, in request order; the future is the answer, set
     once they are durable.
 
-    No task of its own: a one-record request's task (its creation, its steps, its entry in
-    asyncio's registry of tasks) cost more than its append. The future never carries a
-    ``KafkaError``: failed partitions get their codes in the answer.
+    No task of its own, so no task's creation and steps per request: callgrind counted 2.3 %
+    fewer instructions per one-record request under ``--flush never`` and 5.2 % under
+    ``group`` (``bench/request_instructions.py``). The future never carries a ``KafkaError``:
+    failed partitions get their codes in the answer.
     """
     waiting: list[tuple[PartitionProduceResponse, Partition]] = []
     response = ProduceResponse()
