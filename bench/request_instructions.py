@@ -240,11 +240,11 @@ def parse_args(argv: list[str]) -> tuple[list[str], Load, bool]:
     args = parser.parse_args(argv)
     if args.requests < args.connections or args.connections < 1 or args.window < 1:
         parser.error("--requests must be at least --connections, both and --window positive")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        parser.error("needs valgrind and callgrind_control (Debian package valgrind)")
     flushes = [f for f in args.flush.split(",") if f]
     if unknown := [f for f in flushes if f not in ("never", "group", "always")]:
         parser.error(f"unknown --flush mode {unknown[0]!r} (never, group or always)")
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        parser.error("needs valgrind and callgrind_control (Debian package valgrind)")
     per_connection = args.requests // args.connections
     load = Load(args.connections, args.window, per_connection)
     return flushes, load, args.markdown

@@ -47,3 +47,22 @@ def test_the_total_is_read_from_a_callgrind_dump(bench: tuple[ModuleType, Module
     assert instructions.dump_total(DUMP) == 2820784701
     with pytest.raises(RuntimeError, match="no totals: line"):
         instructions.dump_total("events: Ir\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--flush", "sometimes"], "unknown --flush mode 'sometimes'"),
+        (["--requests", "4", "--connections", "16"], "--requests must be at least --connections"),
+        (["--window", "0"], "--window positive"),
+    ],
+)
+def test_bad_arguments_exit_with_one_line_naming_the_problem(
+    bench: tuple[ModuleType, ModuleType], capsys: pytest.CaptureFixture[str], argv: list[str],
+    problem: str,
+) -> None:
+    instructions, _ = bench
+    with pytest.raises(SystemExit) as exited:
+        instructions.parse_args(argv)
+    assert exited.value.code == 2
+    assert problem in capsys.readouterr().err
