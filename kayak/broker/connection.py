@@ -355,7 +355,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         try:
             return await HANDLERS[ctx.header.request_api_key](ctx, request)
         except KafkaError as exc:
-            return self._error_response(ctx, exc)
+            # A whole-request failure a handler did not turn into per-partition codes.
+            response = error_response(ctx.header.request_api_key, ctx.version, exc.code)
+            if response is None:
+                raise
+            return response
         finally:
             if timing is not None:
                 timing[2] = time.monotonic()
@@ -370,26 +374,17 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if timing is not None:
             timing[1] = time.monotonic()
         try:
-            answer: asyncio.Future[Message | None] = handler(ctx, request, self._loop)
-        except Exception as exc:  # as a task's handler would fail: see _flush
-            answer = self._loop.create_future()
+            return handler(ctx, request, self._loop)
+        except Exception as exc:  # answered as a task's handler would be: see _handle, _flush
+            failed: asyncio.Future[Message | None] = self._loop.create_future()
+            response = None
             if isinstance(exc, KafkaError):
-                try:
-                    answer.set_result(self._error_response(ctx, exc))
-                except KafkaError as unanswerable:
-                    answer.set_exception(unanswerable)
+                response = error_response(ctx.header.request_api_key, ctx.version, exc.code)
+            if response is None:
+                failed.set_exception(exc)
             else:
-                answer.set_exception(exc)
-        return answer
-
-    @staticmethod
-    def _error_response(ctx: RequestContext, exc: KafkaError) -> Message:
-        """A whole-request failure a handler did not turn into per-partition codes; ``exc``
-        again when the response has no top-level error code."""
-        response = error_response(ctx.header.request_api_key, ctx.version, exc.code)
-        if response is None:
-            raise exc
-        return response
+                failed.set_result(response)
+            return failed
 
     async def _unsupported(
         self, api_key: int, version: int, timing: Timing | None
