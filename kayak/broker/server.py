@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kayak.broker.catalog import TopicCatalog, remove_orphans
 from kayak.broker.config import BrokerConfig
@@ -49,7 +49,6 @@ from kayak.broker.metrics import (
     publish,
     withdraw,
 )
-from kayak.broker.registry import SchemaRegistry
 from kayak.broker.security.acls import Authorizer
 from kayak.broker.security.authenticator import SaslAuthenticator
 from kayak.broker.security.credentials import CredentialStore
@@ -60,8 +59,11 @@ from kayak.broker.shards import ShardAddress, ShardRegistry
 from kayak.broker.txn.coordinator import TransactionCoordinator
 from kayak.broker.txn.markers import MarkerWriter
 from kayak.broker.txn.state_log import TransactionStateLog
-from kayak.broker.web import WebMount
 from kayak.errors import KafkaError
+
+if TYPE_CHECKING:
+    from kayak.broker.registry import SchemaRegistry
+    from kayak.broker.web import WebMount
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +307,10 @@ class Broker:
         host = self.config.schema_registry_host or self.config.host
         port = self.config.schema_registry_port
         assert port is not None
+        # Imported here: its web stack (aiohttp) is a third of a broker's start, paid only
+        # by brokers that serve HTTP.
+        from kayak.broker.registry import SchemaRegistry
+
         authenticator = self.context.authenticator
         registry = SchemaRegistry(
             self.context.catalog, self.context.writer, host, port,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from kayak.broker.metrics.publication import published
 from kayak.console.charts import series_chart, span
 from kayak.console.html import Html, definition_list, join, link, render
 from kayak.console.metrics_history import BrokerMetricsHistory
@@ -39,10 +40,7 @@ PIPELINE_LINK_FILE = "pipeline-console.json"
 def published_registry(config: BrokerConfig) -> Callable[[], CollectorRegistry | None]:
     """What the broker serves at ``/metrics`` for ``config`` (found when sampled: the broker
     publishes it after the web server is built)."""
-    from kayak.broker.metrics import endpoint
-
-    # endpoint keeps the published registries private; it has no public accessor yet.
-    return lambda: endpoint.published(config)
+    return lambda: published(config)
 
 
 def pipeline_link_reader(data_dir: Path) -> Callable[[], str | None]:

@@ -27,6 +27,9 @@ class BrokerProcess:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
+    # The schema registry, /metrics and the console on a free port. Off unless asked for:
+    # their web stack is more than half of a broker's start, and most tests speak only Kafka.
+    web: bool = False
     fd_limit: int | None = None  # the child's soft RLIMIT_NOFILE, as ``ulimit -n`` sets it
 
     @property
@@ -43,7 +46,7 @@ class BrokerProcess:
             "--data-dir", str(self.data_dir),
             "--port", str(self.port),
             "--group-initial-rebalance-delay-ms", "0",
-            "--schema-registry-port", "0",  # never the default 8081: many brokers run at once
+            *self._web_args(),
             *self.extra_args,
         ]  # fmt: skip
         if self.fd_limit is not None:
@@ -65,6 +68,12 @@ class BrokerProcess:
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"broker did not start: {self.log_path.read_text()[-2000:]}")
+
+    def _web_args(self) -> list[str]:
+        if any(arg.startswith("--schema-registry") for arg in self.extra_args):
+            return []  # the test's own registry options
+        # Port 0, never the default 8081: many brokers run at once.
+        return ["--schema-registry-port", "0"] if self.web else ["--no-schema-registry"]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Stop the process (SIGTERM: clean; SIGKILL: a crash); returns its exit code."""

@@ -35,7 +35,7 @@ KEY = {"type": "record", "name": "OrderKey", "fields": [{"name": "id", "type": "
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(Path(tmp_path_factory.mktemp("avro-cli")) / "data").start()
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("avro-cli")) / "data", web=True).start()
     yield process
     process.stop()
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(Path(tmp_path_factory.mktemp("kcat")) / "data").start()
+    process = BrokerProcess(Path(tmp_path_factory.mktemp("kcat")) / "data", web=True).start()
     yield process
     process.stop()
 

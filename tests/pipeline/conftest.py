@@ -22,7 +22,7 @@ class CdcBroker:
 
 @pytest.fixture
 def cdc_broker(tmp_path: Path) -> Iterator[CdcBroker]:
-    process = BrokerProcess(tmp_path / "broker").start()
+    process = BrokerProcess(tmp_path / "broker", web=True).start()
     yield CdcBroker(process, process.bootstrap_servers, registry_url(process))
     if process.process is not None:
         process.stop()

@@ -44,7 +44,7 @@ DDL = (
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One broker (with its schema registry) for the module: (bootstrap servers, registry)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("schema") / "broker").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("schema") / "broker", web=True).start()
     try:
         yield process.bootstrap_servers, registry_url(process)
     finally:

@@ -44,7 +44,7 @@ FILLER = "x" * 200
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    process = BrokerProcess(tmp_path_factory.mktemp("snapshot") / "broker").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("snapshot") / "broker", web=True).start()
     try:
         yield process.bootstrap_servers, registry_url(process)
     finally:

@@ -37,7 +37,7 @@ from tests.registry.conftest import registry_url
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One broker (with its schema registry) for the module: (bootstrap servers, registry)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("ddl") / "broker").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("ddl") / "broker", web=True).start()
     try:
         yield process.bootstrap_servers, registry_url(process)
     finally:

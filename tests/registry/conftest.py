@@ -24,7 +24,7 @@ _REGISTRY = re.compile(r"schema registry on (https?://[\d.]+:\d+)")
 def registry_url(broker: BrokerProcess) -> str:
     """The URL the broker's latest start announced (the line precedes ``listening on``)."""
     found = _REGISTRY.findall(broker.log_text())
-    assert found, broker.log_text()[-2000:]
+    assert found, f"no registry (started with web=True?): {broker.log_text()[-2000:]}"
     return str(found[-1])
 
 

@@ -37,7 +37,7 @@ def test_embedded_broker_serves_a_registry_only_when_asked(tmp_path: Path) -> No
 
 
 def test_sharded_broker_serves_one_registry_from_shard_0(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", extra_args=["--shards", "2"]).start()
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--shards", "2"], web=True).start()
     try:
         # Both shards log to the same file; wait until both are up, then count.
         for _ in range(200):

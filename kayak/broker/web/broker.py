@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 from aiohttp.typedefs import Middleware
 
 from kayak.broker.config import BrokerConfig
-from kayak.broker.metrics import metrics_routes
+from kayak.broker.metrics.endpoint import metrics_routes
 from kayak.broker.security.credentials import CredentialStore
 from kayak.broker.security.login_limiter import LoginLimiter
 from kayak.broker.security.tls import server_context
