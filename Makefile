@@ -109,10 +109,11 @@ typecheck: $(VENV)/.dev-installed
 # its module fixtures start once. Three on two cores: tests also wait on sockets, fsyncs and
 # processes starting, and a third worker fills that time (pytest 30:48 on two workers; 25:57,
 # 28:24 and 26:42 on three, with a tenth of the CPU idle). A fourth is no faster (25:12 and
-# 28:11, 5-6 % idle) and runs one more Spark session.
+# 28:11, 5-6 % idle) and runs one more Spark session. Files are handed out longest first
+# (tests/durations.json, refreshed by tools/test_durations.py), not by their count of tests.
 PYTEST_WORKERS ?= 3
 pytest: $(VENV)/.dev-installed system-deps bytecode spark-archive
-	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25; rc=$$?; \
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 generate: $(BIN)/python

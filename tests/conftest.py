@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,22 @@ pytest_plugins = [
 REPO = Path(__file__).resolve().parent.parent
 
 SPEC_DIR = Path(os.environ.get("KAYAK_SPEC_DIR", REPO.parent / "shared" / "kafka-message-specs"))
+
+
+# Seconds per test file in a recent run (tools/test_durations.py writes it). Files are
+# collected longest first, so pytest-xdist (--dist loadfile --no-loadscope-reorder) starts
+# the long ones early and the short ones fill the end, not one long file running alone.
+_DURATIONS = REPO / "tests" / "durations.json"
+_NEW_FILE_S = 10  # a file the table does not know yet: most files are short
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seconds: dict[str, int] = json.loads(_DURATIONS.read_text()) if _DURATIONS.exists() else {}
+
+    def weight(item: pytest.Item) -> int:
+        return -seconds.get(item.nodeid.split("::", 1)[0], _NEW_FILE_S)
+
+    items.sort(key=weight)  # stable: a file's tests keep their order
 
 
 def load_tool(path: str) -> ModuleType:
