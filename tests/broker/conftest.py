@@ -94,7 +94,14 @@ class BrokerProcess:
 
 @pytest.fixture
 def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path / "data").start()
+    yield from running_broker(tmp_path / "data")
+
+
+def running_broker(data_dir: Path) -> Iterator[BrokerProcess]:
+    """A broker on ``data_dir`` until the fixture ends. A test module whose tests keep to
+    topics and groups of their own shares one, overriding ``broker_process`` with a
+    module-scoped fixture over this; a test may restart it, and leaves it running."""
+    broker = BrokerProcess(data_dir).start()
     yield broker
     if broker.process is not None:
         broker.stop()

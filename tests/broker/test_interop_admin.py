@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.broker.conftest import BrokerProcess
+from tests.broker.conftest import BrokerProcess, running_broker
 from tests.broker.interop_helpers import (
     HEARTBEAT_MS,
     SESSION_TIMEOUT_MS,
@@ -46,6 +47,13 @@ from tests.broker.interop_helpers import (
     unique,
     wait_until,
 )
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: each test uses topics and groups of its own."""
+    yield from running_broker(tmp_path_factory.mktemp("broker") / "data")
+
 
 T0 = 1_700_000_000_000  # record timestamps in the ListOffsets tests: T0 + i seconds
 

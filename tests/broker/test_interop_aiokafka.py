@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from tests.broker.conftest import BrokerProcess
+from tests.broker.conftest import BrokerProcess, running_broker
 from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
@@ -32,6 +32,13 @@ from tests.broker.interop_helpers import (
     stored_batches,
     unique,
 )
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: each test uses topics and groups of its own."""
+    yield from running_broker(tmp_path_factory.mktemp("broker") / "data")
+
 
 PARTITIONS = 3
 T0 = 1_600_000_000_000  # a CreateTime stamp far from now

@@ -8,6 +8,7 @@ Scenario functions live at module level so the child can import them.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from tests.broker.conftest import BrokerProcess
+from tests.broker.conftest import BrokerProcess, running_broker
 from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
@@ -39,6 +40,13 @@ from tests.broker.interop_helpers import (
     stored_batches,
     unique,
 )
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: each test uses topics and groups of its own."""
+    yield from running_broker(tmp_path_factory.mktemp("broker") / "data")
+
 
 PARTITIONS = 3
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from tests.broker.conftest import BrokerProcess
+from tests.broker.conftest import BrokerProcess, running_broker
 from tests.broker.interop_helpers import (
     CODECS,
     HEARTBEAT_MS,
@@ -36,6 +37,13 @@ from tests.broker.interop_helpers import (
     wait_until,
 )
 from tests.records import kafka_python_codecs
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: each test uses topics and groups of its own."""
+    yield from running_broker(tmp_path_factory.mktemp("broker") / "data")
+
 
 PARTITIONS = 3
 T0 = 1_600_000_000_000  # a CreateTime stamp far from now
