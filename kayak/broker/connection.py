@@ -551,10 +551,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
         while transport.get_write_buffer_size():
             self._drained.clear()
             await self._drained.wait()
-            if self._closed:
-                raise ConnectionError("connection closed")
         offset, remaining = region.position, region.length
         while remaining:
+            if self._closed:
+                # A closing transport drops what it is given, our own descriptor does not:
+                # sending now would put records on the wire without the frame around them
+                # (a writer task that starts after close() would otherwise get here).
+                raise ConnectionError("connection closed")
             try:
                 sent = os.sendfile(self._send_fd, region.fd, offset, remaining)
             except BlockingIOError:
@@ -574,8 +577,6 @@ class BrokerConnection(asyncio.BufferedProtocol):
             await ready
         finally:
             loop.remove_writer(fd)
-        if self._closed:
-            raise ConnectionError("connection closed")
 
 
 def _resolve(ready: asyncio.Future[None]) -> None:

@@ -83,7 +83,11 @@ class FileSlice:
 
     def read(self) -> bytes:
         """The bytes themselves (for transports that cannot sendfile, and for tests)."""
-        return os.pread(self.file.fd, self.length, self.position)
+        data = os.pread(self.file.fd, self.length, self.position)
+        if len(data) != self.length:
+            # Fewer bytes than the frame announced would put the stream out of step.
+            raise ConnectionError(f"segment ended {self.length - len(data)} bytes early")
+        return data
 
 
 @dataclass(frozen=True, slots=True)
