@@ -667,3 +667,45 @@ def test_consumer_records_are_untracked_until_assigned_to() -> None:
     del record, holder, records
     gc.collect()
     assert alive() is None, "a cycle through a consumer record was not collected"
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        [5, 3, 9, 9, 1],  # out of order: negative deltas, the max in the middle
+        [7] * 5,  # all equal: deltas of 0, as one timestamp for all gives
+        [INT64_MAX, 0, 1, 2, 3],  # deltas past int64: the C encoder declines, Python refuses
+        [1, 2, 3],  # fewer timestamps than records
+        [1, 2, "3", 4, 5],  # not all ints
+    ],
+)
+def test_per_record_timestamps_encode_alike(
+    pure_python: Callable[[Callable[[], Any]], Any], stamps: list[Any]
+) -> None:
+    """The C encoder takes each record's timestamp as given and makes the deltas and the max
+    itself: the same batch, or the same error, as Python's deltas."""
+
+    def build() -> Any:
+        try:
+            return build_record_batch([b"a", None, b"c", b"d", b"e"], timestamp=stamps)
+        except (EncodeError, TypeError) as exc:
+            return type(exc), str(exc)
+
+    assert with_codec(build) == pure_python(build)
+
+
+def test_encode_batch_takes_deltas_from_the_base_and_raises_the_max() -> None:
+    import crc32c
+
+    batch = _codec.encode_batch(
+        [b"a", b"b", b"c"], None, None, [100, 90, 130], 0, -1, 0, 100, 100, -1, -1, -1,
+        crc32c.crc32c,
+    )  # fmt: skip
+    assert batch is not None
+    parsed = RecordBatch(batch)
+    assert (parsed.base_timestamp, parsed.max_timestamp) == (100, 130)
+    assert [r.timestamp for r in parsed.record_list()] == [100, 90, 130]
+    # A delta that does not fit int64 is declined, not wrapped.
+    far_apart = [-(1 << 63), INT64_MAX]
+    fields = [0, -1, 0, far_apart[0], far_apart[0], -1, -1, -1]
+    assert _codec.encode_batch([b"a", b"b"], None, None, far_apart, *fields, crc32c.crc32c) is None

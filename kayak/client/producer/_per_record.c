@@ -1,6 +1,7 @@
 /*
  * kayak.client.producer._per_record: the producer's per-record work in C: produce's common
- * case (PlainAppender) and the RecordMetadata of a stored batch's records (record_metadata).
+ * case (PlainAppender, here) and a stored batch's delivery reports (record_metadata and
+ * deliver, in _delivery_reports.c).
  *
  * An optional accelerator of RecordAppender.produce (append.py), which stays the reference and
  * the path for everything else. A PlainAppender is installed as a started producer's
@@ -15,16 +16,13 @@
  * It reads and writes the slots of TopicState, PartitionQueue, ProducerBatch and BufferMemory
  * at the offsets their member descriptors give (configure()), as the interpreter's own slot
  * loads do, and only on objects of exactly those classes.
- *
- * record_metadata() makes the RecordMetadata of every reported record of a stored batch in
- * one loop (ProducerBatch._metadata's Python is the reference): the tuples are filled as
- * tuple.__new__ fills them, without an argument tuple and a zip per record.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include "../../slot_access.h"
+#include "_delivery_reports.h"
 #include <stdint.h>
 #include <time.h>
 
@@ -450,110 +448,13 @@ static PyTypeObject PlainAppenderType = {
     .tp_getset = appender_getset,
 };
 
-/* -- record_metadata -------------------------------------------------------------------------- */
-
-/* Item ``index`` of ``list`` as a long long; -1 with an exception if it is not a small int. */
-static inline int
-list_int(PyObject *list, Py_ssize_t index, long long *out)
-{
-    if (index < 0 || index >= PyList_GET_SIZE(list)) {
-        PyErr_SetString(PyExc_IndexError, "record_metadata: a position outside the batch");
-        return -1;
-    }
-    PyObject *item = PyList_GET_ITEM(list, index);
-    if (!small_int(item, out)) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "record_metadata: positions are ints");
-        }
-        return -1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(record_metadata_doc,
-"record_metadata(metadata_type, count, topic, partition, base_offset, positions, timestamps,\n"
-"                timestamp) -> list\n"
-"\n"
-"The metadata of ``count`` reported records: the i-th is record ``positions[i]`` (``i`` when\n"
-"positions is None), at ``base_offset`` plus that (-1 for all when base_offset < 0), with\n"
-"``timestamps[position]`` (``timestamp`` when timestamps is None).");
-
-static PyObject *
-record_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "record_metadata() takes 8 arguments");
-        return NULL;
-    }
-    PyTypeObject *type = (PyTypeObject *)args[0];
-    PyObject *topic = args[2], *partition = args[3], *positions = args[5];
-    PyObject *stamps = args[6], *timestamp = args[7];
-    long long count, base_offset;
-    if (!PyType_Check(args[0]) || !PyType_IsSubtype(type, &PyTuple_Type)
-        || type->tp_basicsize != PyTuple_Type.tp_basicsize
-        || type->tp_itemsize != PyTuple_Type.tp_itemsize
-        || !small_int(args[1], &count) || count < 0 || !small_int(args[4], &base_offset)
-        || (positions != Py_None && !PyList_CheckExact(positions))
-        || (stamps != Py_None && !PyList_CheckExact(stamps))) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "record_metadata: unexpected argument types");
-        }
-        return NULL;
-    }
-    PyObject *unknown = base_offset < 0 ? PyLong_FromLong(-1) : NULL;
-    PyObject *result = PyList_New((Py_ssize_t)count);
-    if (result == NULL || (base_offset < 0 && unknown == NULL)) {
-        goto failed;
-    }
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
-        long long position = i;
-        if (positions != Py_None && list_int(positions, i, &position) < 0) {
-            goto failed;
-        }
-        PyObject *stamp = timestamp;
-        if (stamps != Py_None) {
-            if (position >= PyList_GET_SIZE(stamps)) {
-                PyErr_SetString(PyExc_IndexError, "record_metadata: a record without a timestamp");
-                goto failed;
-            }
-            stamp = PyList_GET_ITEM(stamps, position);
-        }
-        PyObject *offset = unknown != NULL ? Py_NewRef(unknown)
-                                           : PyLong_FromLongLong(base_offset + position);
-        if (offset == NULL) {
-            goto failed;
-        }
-        PyObject *metadata = type->tp_alloc(type, 4);
-        if (metadata == NULL) {
-            Py_DECREF(offset);
-            goto failed;
-        }
-        PyTuple_SET_ITEM(metadata, 0, Py_NewRef(topic));
-        PyTuple_SET_ITEM(metadata, 1, Py_NewRef(partition));
-        PyTuple_SET_ITEM(metadata, 2, offset);
-        PyTuple_SET_ITEM(metadata, 3, Py_NewRef(stamp));
-        /* A str and three ints cannot be part of a cycle: untracked, the collector passes
-         * made while a thousand of them live in the list do not walk them (the collector
-         * untracks such tuples itself, but only once it has walked them). */
-        PyObject_GC_UnTrack(metadata);
-        PyList_SET_ITEM(result, i, metadata);
-    }
-    Py_XDECREF(unknown);
-    return result;
-
-failed:
-    Py_XDECREF(unknown);
-    Py_XDECREF(result);
-    return NULL;
-}
-
 /* -- the module ------------------------------------------------------------------------------- */
 
 static PyMethodDef per_record_methods[] = {
     {"configure", (PyCFunction)configure, METH_VARARGS, configure_doc},
     {"record_metadata", (PyCFunction)(void (*)(void))record_metadata, METH_FASTCALL,
      record_metadata_doc},
+    {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL, deliver_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,20 @@ def record_metadata(
     timestamp: int,
     /,
 ) -> list[RecordMetadata]: ...
+def deliver(
+    set_result: Callable[[Any, RecordMetadata], object] | None,
+    reports: list[Any],
+    on_error: Callable[[Exception], object],
+    metadata_type: type[RecordMetadata],
+    count: int,
+    topic: str,
+    partition: int,
+    base_offset: int,
+    positions: list[int] | None,
+    timestamps: list[int] | None,
+    timestamp: int,
+    /,
+) -> None: ...
 
 class PlainAppender:
     enabled: bool

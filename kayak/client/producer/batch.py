@@ -284,9 +284,19 @@ class ProducerBatch:
         """Report every record stored: resolve its future or call its callback (offsets from
         ``base_offset``; -1 if unknown). With a ``queue``, callbacks go there, not called."""
         reports = self.reports
-        if reports:
+        kinds = self.report_kinds
+        in_c = kinds == FUTURE or (kinds == CALLBACK and queue is None)
+        if reports and in_c and per_record is not None:
+            # Each record's metadata made, reported and (unless kept) freed in one C loop.
+            stamps = None if log_append_time >= 0 else self.timestamps
+            stamp = log_append_time if log_append_time >= 0 else self.timestamp
+            per_record.deliver(
+                _set_result if kinds == FUTURE else None, reports, _report_failed,
+                RecordMetadata, len(reports), self.queue.topic, self.queue.partition,
+                base_offset, self.report_positions, stamps, stamp,
+            )  # fmt: skip
+        elif reports:
             metadata = self._metadata(len(reports), base_offset, log_append_time)
-            kinds = self.report_kinds
             if kinds == FUTURE:
                 # One RecordMetadata and one set_result per record, both looped in C.
                 _run_all(map(_set_result, reports, metadata))  # type: ignore[arg-type]
@@ -371,6 +381,13 @@ def _run_all(calls: Iterator[object]) -> None:
             log.exception("a delivery callback raised (the other records are still reported)")
         else:
             return
+
+
+def _report_failed(error: Exception) -> None:
+    """A report raised: the other records are still reported (``deliver``'s ``on_error``)."""
+    if isinstance(error, asyncio.InvalidStateError):
+        return  # a caller cancelled its send() future: nothing to tell it
+    log.error("a delivery callback raised (the other records are still reported)", exc_info=error)
 
 
 def _report(

@@ -3,15 +3,16 @@ reference code.
 
 ``kayak.client.producer._per_record`` is an optional C extension built by ``pip install`` (the
 build skips it when no compiler is present). When it imports, ``produce``'s common case
-(:mod:`.append`) and the ``RecordMetadata`` of a stored batch's records (:mod:`.batch`) run in
-C; the Python code stays as the reference and takes every case the C code declines. Set
+(:mod:`.append`) and a stored batch's ``RecordMetadata`` and delivery reports (:mod:`.batch`)
+run in C; the Python code stays as the reference and takes every case the C code declines. Set
 ``KAYAK_PURE_PYTHON=1`` before importing kayak to force the Python code.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kayak.client.producer._per_record import PlainAppender
@@ -43,6 +44,24 @@ class PerRecordCode(Protocol):
         /,
     ) -> list[RecordMetadata]:
         """``ProducerBatch._metadata``'s records, as a list."""
+
+    def deliver(
+        self,
+        set_result: Callable[[Any, RecordMetadata], object] | None,
+        reports: list[Any],
+        on_error: Callable[[Exception], object],
+        metadata_type: type[RecordMetadata],
+        count: int,
+        topic: str,
+        partition: int,
+        base_offset: int,
+        positions: list[int] | None,
+        timestamps: list[int] | None,
+        timestamp: int,
+        /,
+    ) -> None:
+        """``ProducerBatch.succeed``'s reports: each record's metadata made and reported in
+        turn (a future's result set, or a callback called)."""
 
 
 def _load() -> PerRecordCode | None:

@@ -683,11 +683,13 @@ write_field(unsigned char *out, const field *f)
     return out + f->view.len;
 }
 
-/* The records section of values/keys/headers/deltas (args[0..3]) in a new bytes object, after
- * head_room bytes left for the caller to fill. NULL with *fallback set for input it leaves to
- * Python (no exception then), NULL without it for a Python error. */
+/* The records section of values/keys/headers/timestamps (args[0..3]) in a new bytes object,
+ * after head_room bytes left for the caller to fill. Each record's timestampDelta is its
+ * timestamp less base; *max_seen is raised to the largest timestamp. NULL with *fallback set
+ * for input it leaves to Python (no exception then), NULL without it for a Python error. */
 static PyObject *
-encode_section(PyObject *const *args, Py_ssize_t head_room, int *fallback)
+encode_section(PyObject *const *args, Py_ssize_t head_room, int64_t base, int64_t *max_seen,
+               int *fallback)
 {
     PyObject *values = args[0], *keys = args[1], *headers = args[2], *deltas = args[3];
     *fallback = 1;
@@ -743,7 +745,12 @@ encode_section(PyObject *const *args, Py_ssize_t head_room, int *fallback)
                 *fallback = 0;
                 goto done;
             }
-            ts[i] = d;
+            if (d > *max_seen) {
+                *max_seen = d;
+            }
+            if (__builtin_sub_overflow((int64_t)d, base, &ts[i])) {
+                goto done;
+            }
         }
         size = 1 + varint_size(ts[i]) + varint_size(i) + field_size(key) + field_size(value);
         if (headers == Py_None) {
@@ -820,7 +827,8 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "encode_records takes 4 arguments");
         return NULL;
     }
-    PyObject *result = encode_section(args, 0, &fallback);
+    int64_t unused = INT64_MIN;
+    PyObject *result = encode_section(args, 0, 0, &unused, &fallback);
     if (result == NULL && fallback) {
         Py_RETURN_NONE;
     }
@@ -869,13 +877,16 @@ field_int(PyObject *arg, int bits, int64_t *out)
 #define CRC_START 21
 
 PyDoc_STRVAR(encode_batch_doc,
-"encode_batch(values, keys, encoded_headers, timestamp_deltas, base_offset,\n"
+"encode_batch(values, keys, encoded_headers, timestamps, base_offset,\n"
 "             partition_leader_epoch, attributes, base_timestamp, max_timestamp,\n"
 "             producer_id, producer_epoch, base_sequence, crc32c) -> bytes | None\n"
 "\n"
 "A whole uncompressed v2 batch (records as encode_records), its header and CRC-32C (computed\n"
-"by calling crc32c on a memoryview of the covered bytes) in one allocation. None when\n"
-"encode_records would decline or a header field does not fit its width.");
+"by calling crc32c on a memoryview of the covered bytes) in one allocation. timestamps is\n"
+"None (every record at base_timestamp) or each record's own: its delta is taken from\n"
+"base_timestamp here, and the header's max timestamp is the largest of them and\n"
+"max_timestamp. None when encode_records would decline, a delta does not fit int64 or a\n"
+"header field does not fit its width.");
 
 static PyObject *
 encode_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -903,7 +914,10 @@ encode_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (count <= 0 || count > 0x7FFFFFFF) {
         Py_RETURN_NONE;
     }
-    PyObject *result = encode_section(args, BATCH_HEADER_SIZE, &fallback);
+    /* Deltas and the max timestamp in the pass that reads each record: a producer's batch
+     * spans a few milliseconds, and a Python list of deltas cost more than the rest of the
+     * encoding. */
+    PyObject *result = encode_section(args, BATCH_HEADER_SIZE, f[3], &f[4], &fallback);
     if (result == NULL) {
         if (fallback) {
             Py_RETURN_NONE;

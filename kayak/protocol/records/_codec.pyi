@@ -36,7 +36,7 @@ def encode_batch(
     values: list[bytes | bytearray | memoryview | None],
     keys: list[bytes | bytearray | memoryview | None] | None,
     encoded_headers: list[bytes] | None,
-    timestamp_deltas: list[int] | None,
+    timestamps: list[int] | None,
     base_offset: int,
     partition_leader_epoch: int,
     attributes: int,

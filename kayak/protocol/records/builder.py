@@ -181,8 +181,9 @@ def build_record_batch(
         raise EncodeError(f"{len(keys)} keys for {count} values")
     if headers is not None and len(headers) != count:
         raise EncodeError(f"{len(headers)} header lists for {count} values")
-    base_timestamp, max_timestamp, timestamp_deltas = _timestamps(timestamp, count)
     attributes = _attributes(codec, timestamp_type, is_transactional, is_control=False)
+    if timestamp is None:
+        timestamp = now_ms()
 
     if _codec is not None:
         # The C encoder writes the whole batch (uncompressed) or records section in one pass;
@@ -201,15 +202,20 @@ def build_record_batch(
                 None if keys is None else keys if type(keys) is list else list(keys),
                 encoded_headers,
             )
-        if columns_in_c is not None and codec is Codec.NONE:
+        stamps = timestamp if type(timestamp) is list else None
+        first = timestamp if stamps is None else stamps[0] if stamps else None
+        if columns_in_c is not None and codec is Codec.NONE and isinstance(first, int):
+            # Per-record timestamps go in as they are: the encoder takes each delta from the
+            # first and finds the max in its own pass (a list of deltas made here cost more
+            # than the rest of the encoding).
             encoded = _codec.encode_batch(
                 *columns_in_c,
-                timestamp_deltas,
+                stamps,
                 base_offset,
                 partition_leader_epoch,
                 attributes,
-                base_timestamp,
-                max_timestamp,
+                first,
+                first,
                 producer_id,
                 producer_epoch,
                 base_sequence,
@@ -218,6 +224,7 @@ def build_record_batch(
             if encoded is not None:
                 return encoded
         elif columns_in_c is not None:
+            base_timestamp, max_timestamp, timestamp_deltas = _timestamps(timestamp, count)
             section = _codec.encode_records(*columns_in_c, timestamp_deltas)
             if section is not None:
                 return _assemble(
@@ -236,6 +243,7 @@ def build_record_batch(
                     base_sequence=base_sequence,
                 )
 
+    base_timestamp, max_timestamp, timestamp_deltas = _timestamps(timestamp, count)
     prefixes, sizes = _record_prefixes(
         count, timestamp_deltas, null_key=keys is None, empty_headers=headers is None
     )

@@ -73,7 +73,7 @@ class RecordCodec(Protocol):
         values: list[_Item],
         keys: list[_Item] | None,
         encoded_headers: list[bytes] | None,
-        timestamp_deltas: list[int] | None,
+        timestamps: list[int] | None,
         base_offset: int,
         partition_leader_epoch: int,
         attributes: int,
