@@ -27,6 +27,7 @@ from collections import deque
 
 from kayak.errors import FrameTooLargeError, KayakError, MalformedMessageError
 from kayak.protocol.primitives import INT32, Buffer
+from kayak.protocol.records.native import codec
 
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 
@@ -47,9 +48,14 @@ Frame = bytearray | memoryview
 view of anonymous memory that is unmapped when the last view of it goes."""
 
 
+# A frame is filled whole before it is handed out, so its buffer need not be zeroed first
+# (the C codec's when built: bytearray(size) writes a megabyte fetch answer twice).
+_new_bytearray = bytearray if codec is None else codec.unfilled_bytearray
+
+
 def _frame_buffer(size: int, lazy_above: int) -> Frame:
     if size <= lazy_above:
-        return bytearray(size)
+        return _new_bytearray(size)
     return memoryview(mmap.mmap(-1, size))
 
 

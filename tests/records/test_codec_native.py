@@ -709,3 +709,15 @@ def test_encode_batch_takes_deltas_from_the_base_and_raises_the_max() -> None:
     far_apart = [-(1 << 63), INT64_MAX]
     fields = [0, -1, 0, far_apart[0], far_apart[0], -1, -1, -1]
     assert _codec.encode_batch([b"a", b"b"], None, None, far_apart, *fields, crc32c.crc32c) is None
+
+
+@pytest.mark.skipif(not native.NATIVE, reason="KAYAK_PURE_PYTHON: no C codec")
+def test_unfilled_bytearray_is_a_bytearray_of_its_size() -> None:
+    assert _codec is not None
+    for size in (0, 1, 4096, 1 << 20):
+        buffer = _codec.unfilled_bytearray(size)
+        assert type(buffer) is bytearray and len(buffer) == size
+    with pytest.raises(ValueError, match="negative size"):
+        _codec.unfilled_bytearray(-1)
+    with pytest.raises(TypeError):
+        _codec.unfilled_bytearray("8")  # type: ignore[arg-type]

@@ -1022,6 +1022,27 @@ now_ms(PyObject *module, PyObject *unused)
     return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
+PyDoc_STRVAR(unfilled_bytearray_doc,
+"unfilled_bytearray(size) -> bytearray\n"
+"\n"
+"A bytearray of size bytes not zeroed first: for a frame the socket fills whole before anyone\n"
+"reads it (bytearray(size) writes every byte twice, and a fetch answer is a megabyte).");
+
+static PyObject *
+unfilled_bytearray(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "unfilled_bytearray: a negative size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, size);
+}
+
 PyDoc_STRVAR(track_doc,
 "track(record)\n"
 "\n"
@@ -1274,6 +1295,7 @@ murmur2(PyObject *module, PyObject *data)
 static PyMethodDef codec_methods[] = {
     {"track", (PyCFunction)track, METH_O, track_doc},
     {"now_ms", (PyCFunction)now_ms, METH_NOARGS, now_ms_doc},
+    {"unfilled_bytearray", (PyCFunction)unfilled_bytearray, METH_O, unfilled_bytearray_doc},
     {"murmur2", (PyCFunction)murmur2, METH_O, murmur2_doc},
     {"configure", (PyCFunction)configure, METH_O, configure_doc},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,

@@ -46,6 +46,9 @@ class RecordCodec(Protocol):
     def now_ms(self) -> int:
         """``time.time_ns() // 1_000_000``, cheaper."""
 
+    def unfilled_bytearray(self, size: int, /) -> bytearray:
+        """``bytearray(size)`` without zeroing it: for a buffer filled whole before it is read."""
+
     def murmur2(self, data: bytes | bytearray | memoryview, /) -> int:
         """Kafka's murmur2 of ``data``, signed as Java's ``Utils.murmur2``: what
         ``kayak.client.partitioner._py_murmur2`` returns."""
