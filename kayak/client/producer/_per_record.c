@@ -105,6 +105,20 @@ configure(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The batch's last timestamp when it is ``timestamp`` (a new reference), else NULL: records of
+ * one millisecond share one int. */
+static PyObject *
+same_millisecond(PyObject *stamps, long long timestamp)
+{
+    Py_ssize_t n = PyList_GET_SIZE(stamps);
+    long long last;
+    if (n == 0 || !small_int(PyList_GET_ITEM(stamps, n - 1), &last)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return last == timestamp ? Py_NewRef(PyList_GET_ITEM(stamps, n - 1)) : NULL;
+}
+
 /* -- PlainAppender ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -260,7 +274,10 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
     PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | kind);
     PyObject *position =
         positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
-    PyObject *stamp = stamps == Py_None ? NULL : PyLong_FromLongLong(timestamp);
+    PyObject *stamp = stamps == Py_None ? NULL : same_millisecond(stamps, timestamp);
+    if (stamp == NULL && stamps != Py_None) {
+        stamp = PyLong_FromLongLong(timestamp);
+    }
     if (new_used == NULL || new_size == NULL || new_count == NULL
         || (on_delivery != Py_None && new_kinds == NULL)
         || (positions != Py_None && on_delivery != Py_None && position == NULL)
