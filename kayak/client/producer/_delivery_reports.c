@@ -42,11 +42,17 @@ list_int(PyObject *list, Py_ssize_t index, long long *out)
     return 0;
 }
 
-/* args: metadata_type, count, topic, partition, base_offset, positions, timestamps,
- * timestamp. 0, or -1 with an exception. */
+/* function's arguments from ``first`` on: metadata_type, count, topic, partition, base_offset,
+ * positions, timestamps, timestamp (the last). 0, or -1 with an exception. */
 static int
-read_batch_metadata(PyObject *const *args, batch_metadata *m)
+read_batch_metadata(const char *function, PyObject *const *all, Py_ssize_t nargs,
+                    Py_ssize_t first, batch_metadata *m)
 {
+    if (nargs != first + 8) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments", function, first + 8);
+        return -1;
+    }
+    PyObject *const *args = all + first;
     m->type = (PyTypeObject *)args[0];
     m->topic = args[2];
     m->partition = args[3];
@@ -123,11 +129,7 @@ record_metadata(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     batch_metadata m;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "record_metadata() takes 8 arguments");
-        return NULL;
-    }
-    if (read_batch_metadata(args, &m) < 0) {
+    if (read_batch_metadata("record_metadata", args, nargs, 0, &m) < 0) {
         return NULL;
     }
     PyObject *result = PyList_New((Py_ssize_t)m.count);
@@ -164,14 +166,10 @@ deliver(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     batch_metadata m;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "deliver() takes 11 arguments");
+    if (read_batch_metadata("deliver", args, nargs, 3, &m) < 0) {
         return NULL;
     }
     PyObject *set_result = args[0], *reports = args[1], *on_error = args[2];
-    if (read_batch_metadata(args + 3, &m) < 0) {
-        return NULL;
-    }
     if (!PyList_CheckExact(reports) || PyList_GET_SIZE(reports) != m.count) {
         PyErr_SetString(PyExc_TypeError, "deliver: reports is a list of count items");
         Py_XDECREF(m.unknown);
