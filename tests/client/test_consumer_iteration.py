@@ -137,7 +137,7 @@ def test_an_error_met_between_two_records_of_one_batch_is_raised_at_the_next(
             consumer.seek(tp0, 0)
             consumer.seek(tp1, 0)
             first = await consumer.__anext__()
-            assert consumer._handing_out is not None  # the short path is what is tested
+            assert consumer._poll_state.fetch is not None  # the short path is what is tested
             mine = TopicPartition(first.topic, first.partition)
             other = tp1 if mine == tp0 else tp0
             consumer.seek(other, 10_000)

@@ -23,21 +23,22 @@
 #include <time.h>
 
 typedef struct {
-    PyTypeObject *fetch, *state, *record;
+    PyTypeObject *fetch, *state, *record, *poll;
     Py_ssize_t off_fetch_state, off_fetch_epoch, off_fetch_index, off_fetch_items;
     Py_ssize_t off_fetch_are_records;
     Py_ssize_t off_state_epoch, off_state_paused, off_state_position, off_state_processed;
     Py_ssize_t off_record_offset;
+    Py_ssize_t off_poll_fetch, off_poll_returned, off_poll_closed;
 } layout;
 
 static layout classes;
 static int configured = 0;
-static PyObject *str_handing_out, *str_closed, *str_fetcher, *str_group, *str_positions;
-static PyObject *str_returned, *str_errors, *str_error, *str_error_private, *str_polled;
+static PyObject *str_poll_state, *str_fetcher, *str_group, *str_positions;
+static PyObject *str_errors, *str_error, *str_error_private, *str_polled;
 static PyObject *str_since_yield, *str_anext;
 
 PyDoc_STRVAR(configure_doc,
-"configure(completed_fetch, partition_state, record)\n"
+"configure(completed_fetch, partition_state, record, poll_state)\n"
 "\n"
 "Tell the fast path the classes whose slots it reads (once, when kayak's consumer loads).");
 
@@ -45,15 +46,16 @@ static PyObject *
 configure(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *f, *s, *r;
-    if (!PyArg_ParseTuple(args, "O!O!O!:configure", &PyType_Type, &f, &PyType_Type, &s,
-                          &PyType_Type, &r)) {
+    PyObject *f, *s, *r, *p;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:configure", &PyType_Type, &f, &PyType_Type, &s,
+                          &PyType_Type, &r, &PyType_Type, &p)) {
         return NULL;
     }
     layout fresh;
     fresh.fetch = (PyTypeObject *)f;
     fresh.state = (PyTypeObject *)s;
     fresh.record = (PyTypeObject *)r;
+    fresh.poll = (PyTypeObject *)p;
     if (slot_offset(fresh.fetch, "state", &fresh.off_fetch_state) < 0
         || slot_offset(fresh.fetch, "epoch", &fresh.off_fetch_epoch) < 0
         || slot_offset(fresh.fetch, "_index", &fresh.off_fetch_index) < 0
@@ -63,17 +65,22 @@ configure(PyObject *module, PyObject *args)
         || slot_offset(fresh.state, "paused", &fresh.off_state_paused) < 0
         || slot_offset(fresh.state, "position", &fresh.off_state_position) < 0
         || slot_offset(fresh.state, "processed", &fresh.off_state_processed) < 0
-        || slot_offset(fresh.record, "offset", &fresh.off_record_offset) < 0) {
+        || slot_offset(fresh.record, "offset", &fresh.off_record_offset) < 0
+        || slot_offset(fresh.poll, "fetch", &fresh.off_poll_fetch) < 0
+        || slot_offset(fresh.poll, "returned", &fresh.off_poll_returned) < 0
+        || slot_offset(fresh.poll, "closed", &fresh.off_poll_closed) < 0) {
         return NULL;
     }
     if (configured) {
         Py_DECREF(classes.fetch);
         Py_DECREF(classes.state);
         Py_DECREF(classes.record);
+        Py_DECREF(classes.poll);
     }
     Py_INCREF(fresh.fetch);
     Py_INCREF(fresh.state);
     Py_INCREF(fresh.record);
+    Py_INCREF(fresh.poll);
     classes = fresh;
     configured = 1;
     Py_RETURN_NONE;
@@ -203,9 +210,10 @@ static PyTypeObject ReadyRecordType = {
 typedef struct {
     PyObject_HEAD
     PyObject *consumer;
+    PyObject *poll; /* the consumer's PollState (set in its __init__, never replaced), or NULL */
     PyObject *fetcher, *group, *positions; /* set once the consumer started (never replaced) */
     /* Their instance dicts where their attributes are plain (see plain_attributes), or NULL */
-    PyObject *consumer_dict, *fetcher_dict, *group_dict, *positions_dict;
+    PyObject *fetcher_dict, *group_dict, *positions_dict;
     ReadyRecord *spare;                    /* reused while nothing else holds it */
     long long since_yield, yield_every;
     double polled_at, poll_every;
@@ -236,13 +244,15 @@ iterator_init(RecordIterator *self, PyObject *args, PyObject *kwargs)
     Py_CLEAR(self->fetcher_dict);
     Py_CLEAR(self->group_dict);
     Py_CLEAR(self->positions_dict);
-    /* _handing_out, _closed and _returned are read the same way; one check covers all three */
-    Py_XSETREF(self->consumer_dict, plain_attributes(consumer, str_handing_out));
-    if (self->consumer_dict != NULL
-        && (_PyType_Lookup(Py_TYPE(consumer), str_closed) != NULL
-            || _PyType_Lookup(Py_TYPE(consumer), str_returned) != NULL)) {
-        Py_CLEAR(self->consumer_dict);
+    /* Without a PollState of exactly the configured class every record goes to Python. */
+    PyObject *poll = PyObject_GetAttr(consumer, str_poll_state);
+    if (poll == NULL) {
+        PyErr_Clear();
     }
+    else if (Py_TYPE(poll) != classes.poll) {
+        Py_CLEAR(poll);
+    }
+    Py_XSETREF(self->poll, poll);
     self->since_yield = 0;
     self->yield_every = yield_every;
     self->polled_at = 0.0;
@@ -257,7 +267,7 @@ iterator_traverse(RecordIterator *self, visitproc visit, void *arg)
     Py_VISIT(self->fetcher);
     Py_VISIT(self->group);
     Py_VISIT(self->positions);
-    Py_VISIT(self->consumer_dict);
+    Py_VISIT(self->poll);
     Py_VISIT(self->fetcher_dict);
     Py_VISIT(self->group_dict);
     Py_VISIT(self->positions_dict);
@@ -272,7 +282,7 @@ iterator_clear(RecordIterator *self)
     Py_CLEAR(self->fetcher);
     Py_CLEAR(self->group);
     Py_CLEAR(self->positions);
-    Py_CLEAR(self->consumer_dict);
+    Py_CLEAR(self->poll);
     Py_CLEAR(self->fetcher_dict);
     Py_CLEAR(self->group_dict);
     Py_CLEAR(self->positions_dict);
@@ -326,7 +336,7 @@ learn_parts(RecordIterator *self)
 static int
 nothing_pending(RecordIterator *self)
 {
-    int clear = attribute_is_clear(self->consumer, self->consumer_dict, str_closed);
+    int clear = SLOT(self->poll, classes.off_poll_closed) == Py_False;
     if (clear == 1) {
         PyObject *errors = read_attribute(self->fetcher, self->fetcher_dict, str_errors);
         if (errors == NULL) {
@@ -349,9 +359,9 @@ nothing_pending(RecordIterator *self)
 static PyObject *
 returned_states(RecordIterator *self)
 {
-    PyObject *returned = read_attribute(self->consumer, self->consumer_dict, str_returned);
+    PyObject *returned = Py_XNewRef(SLOT(self->poll, classes.off_poll_returned));
     if (returned == NULL) {
-        return NULL;
+        Py_RETURN_NONE; /* never set: Python's own read raises */
     }
     if (!PyList_CheckExact(returned)) {
         Py_DECREF(returned);
@@ -392,10 +402,11 @@ take_within_batch(RecordIterator *self)
     if (started <= 0) {
         return NULL;
     }
-    PyObject *fetch = read_attribute(self->consumer, self->consumer_dict, str_handing_out);
+    PyObject *fetch = self->poll == NULL ? NULL : SLOT(self->poll, classes.off_poll_fetch);
     if (fetch == NULL) {
         return NULL;
     }
+    Py_INCREF(fetch);
     PyObject *record = NULL;
     PyObject *returned = NULL;
     if (Py_TYPE(fetch) != classes.fetch) { /* None: nothing being handed out */
@@ -541,9 +552,9 @@ intern_names(void)
         PyObject **into;
         const char *name;
     } names[] = {
-        {&str_handing_out, "_handing_out"}, {&str_closed, "_closed"},
+        {&str_poll_state, "_poll_state"},
         {&str_fetcher, "_fetcher"},         {&str_group, "_group"},
-        {&str_positions, "_positions"},     {&str_returned, "_returned"},
+        {&str_positions, "_positions"},
         {&str_errors, "_errors"},           {&str_error, "error"},
         {&str_error_private, "_error"},     {&str_polled, "polled"},
         {&str_since_yield, "_since_yield"}, {&str_anext, "__anext__"},

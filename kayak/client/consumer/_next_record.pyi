@@ -8,7 +8,9 @@ from typing import Any, Self
 
 from kayak.client.consumer.records import ConsumerRecord
 
-def configure(completed_fetch: type, partition_state: type, record: type, /) -> None: ...
+def configure(
+    completed_fetch: type, partition_state: type, record: type, poll_state: type, /
+) -> None: ...
 
 class RecordIterator:
     def __init__(self, consumer: Any, yield_every: int) -> None: ...

@@ -39,15 +39,14 @@ from typing import Any, Self
 from kayak.client.cluster import Cluster
 from kayak.client.config import ConsumerConfig
 from kayak.client.consumer.commits import CommitCallback, commit_and_report, offsets_to_commit
-from kayak.client.consumer.completed import CompletedFetch
 from kayak.client.consumer.fetcher import Fetcher, FetchStats
 from kayak.client.consumer.group import GroupMember
 from kayak.client.consumer.listener import RebalanceListener, call_listener
 from kayak.client.consumer.offsets import EARLIEST, LATEST, PositionResolver, list_offsets
-from kayak.client.consumer.polling import RecordPolling
+from kayak.client.consumer.polling import PollState, RecordPolling
 from kayak.client.consumer.position_lookup import PositionLookup
 from kayak.client.consumer.statistics import ConsumerStatistics
-from kayak.client.consumer.subscription import PartitionState, SubscriptionState
+from kayak.client.consumer.subscription import SubscriptionState
 from kayak.client.types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from kayak.errors import ConfigError, KayakError
 
@@ -73,12 +72,10 @@ class Consumer(RecordPolling):
         self._fetcher: Fetcher | None = None
         self._group: GroupMember | None = None
         self._positions: PositionLookup | None = None
-        self._returned: list[PartitionState] = []  # partitions the last poll returned records of
+        self._poll_state = PollState()
         self._since_yield = 0
-        self._handing_out: CompletedFetch | None = None
         self._background: set[asyncio.Future[None]] = set()
         self._started = False
-        self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -104,7 +101,7 @@ class Consumer(RecordPolling):
             self._committed_lookup if self._group is not None else None,
         )
         self._positions = PositionLookup(
-            resolver, self._subscriptions, self._fetcher, lambda: self._closed
+            resolver, self._subscriptions, self._fetcher, lambda: self._poll_state.closed
         )
         self._started = True
         self._statistics.started(cluster, self._group)
@@ -115,9 +112,9 @@ class Consumer(RecordPolling):
 
     async def close(self) -> None:
         """Commit (with auto-commit), leave the group, stop fetching, close connections."""
-        if self._closed:
+        if self._poll_state.closed:
             return
-        self._closed = True
+        self._poll_state.closed = True
         await self._statistics.stop()
         if self._positions is not None:
             self._positions.cancel()
@@ -293,7 +290,7 @@ class Consumer(RecordPolling):
         )
 
     def _assignment_changed(self) -> None:
-        if self._fetcher is None or self._closed:
+        if self._fetcher is None or self._poll_state.closed:
             return
         if self._subscriptions.missing_positions():
             self._schedule_positions()

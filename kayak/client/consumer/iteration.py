@@ -40,7 +40,7 @@ def settle(consumer: Consumer, handed_out: Sequence[ConsumerRecord]) -> None:
         if len(handed_out) > 1:
             taken: dict[TopicPartition, list[ConsumerRecord]] = {}
             fetcher.take(None, len(handed_out) - 1, taken, max_fetches=1)
-            consumer._returned = [consumer._subscriptions.assignment[tp] for tp in taken]
+            consumer._poll_state.returned = [consumer._subscriptions.assignment[tp] for tp in taken]
         consumer._take_buffered()  # the last: processed now covers the ones before it
         return
     for record in handed_out:

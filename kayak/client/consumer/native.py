@@ -24,7 +24,9 @@ class NextRecordCode(Protocol):
 
     RecordIterator: type[RecordIterator]
 
-    def configure(self, completed_fetch: type, partition_state: type, record: type, /) -> None:
+    def configure(
+        self, completed_fetch: type, partition_state: type, record: type, poll_state: type, /
+    ) -> None:
         """Tell the C code the classes whose slots it reads."""
 
 

@@ -27,14 +27,30 @@ from kayak.client.types import TopicPartition
 from kayak.errors import KayakError
 from kayak.protocol.records import Record
 
-__all__ = ["RecordPolling"]
+__all__ = ["PollState", "RecordPolling"]
 
 # Hand this many records out through getone()/iteration between chances for the event loop
 # to take in responses and send the next fetches.
 _RECORDS_BETWEEN_YIELDS = 500
 
+
+
+class PollState:
+    """What the last poll handed out, and whether the consumer is closed: read on every
+    record ``async for`` takes, so its C path finds these at slot offsets."""
+
+    __slots__ = ("closed", "fetch", "returned")
+
+    def __init__(self) -> None:
+        self.returned: list[PartitionState] = []  # partitions the last poll returned records of
+        # The buffered response the last record iterated came from, while its batch has more:
+        # the next record comes from it unless something changed (_take_within_batch).
+        self.fetch: CompletedFetch | None = None
+        self.closed = False
+
+
 if next_record is not None:
-    next_record.configure(CompletedFetch, PartitionState, Record)
+    next_record.configure(CompletedFetch, PartitionState, Record, PollState)
 
 
 class RecordPolling:
@@ -46,15 +62,11 @@ class RecordPolling:
     _fetcher: Fetcher | None
     _group: GroupMember | None
     _positions: PositionLookup | None
-    _returned: list[PartitionState]  # partitions the last poll returned records of
-    # The buffered response the last record iterated came from, while its batch has more:
-    # the next record comes from it unless something changed (_take_within_batch).
-    _handing_out: CompletedFetch | None
+    _poll_state: PollState
     _since_yield: int
-    _closed: bool
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._poll_state.closed:
             raise ConsumerClosedError("the consumer is closed")
 
     def _require_started(self) -> tuple[Cluster, Fetcher]:
@@ -77,10 +89,10 @@ class RecordPolling:
     def _before_poll(self) -> Fetcher:
         """Bookkeeping every poll starts with: errors to raise, processed positions."""
         _, fetcher = self._require_started()
-        self._handing_out = None
-        for state in self._returned:
+        self._poll_state.fetch = None
+        for state in self._poll_state.returned:
             state.processed = state.position
-        self._returned = []
+        self._poll_state.returned = []
         if self._group is not None:
             self._group.polled()
             error, self._group.error = self._group.error, None
@@ -111,7 +123,7 @@ class RecordPolling:
             return fetcher.take(chosen, limit, records, max_fetches=1)
 
         await self._poll(partitions, max_records, timeout_ms, take)
-        self._returned = [self._subscriptions.assignment[tp] for tp in records]
+        self._poll_state.returned = [self._subscriptions.assignment[tp] for tp in records]
         return records
 
     async def getmany_values(
@@ -126,7 +138,7 @@ class RecordPolling:
             return fetcher.take_values(chosen, limit, values, max_fetches=1)
 
         await self._poll(partitions, max_records, timeout_ms, take)
-        self._returned = [self._subscriptions.assignment[tp] for tp in values]
+        self._poll_state.returned = [self._subscriptions.assignment[tp] for tp in values]
         return values
 
     async def _poll(
@@ -172,7 +184,7 @@ class RecordPolling:
             taken = fetcher.take_one(chosen)
             if taken is not None:
                 fetch, record = taken
-                self._returned = [fetch.state]
+                self._poll_state.returned = [fetch.state]
                 if chosen is None:
                     self._hand_out_from(fetcher, fetch)
                 self._since_yield += 1
@@ -214,7 +226,7 @@ class RecordPolling:
         """``_take_buffered``'s usual case, shortened (the lookup through the buffer was most
         of a record's cost): the next record of the batch the previous record came from, if
         that data is still current, nothing is pending and it is not the batch's last."""
-        fetch = self._handing_out
+        fetch = self._poll_state.fetch
         if fetch is None:
             return None
         state = fetch.state
@@ -230,13 +242,13 @@ class RecordPolling:
         fetcher = self._fetcher
         if fetcher is None:
             return None
-        for state in self._returned:
+        for state in self._poll_state.returned:
             state.processed = state.position
         group = self._group
         if group is not None:
             group.polled()
         if (
-            self._closed
+            self._poll_state.closed
             or fetcher.has_errors
             or (group is not None and group.error is not None)
             or (self._positions is not None and self._positions.has_error)
@@ -246,7 +258,7 @@ class RecordPolling:
 
     def _take_buffered(self) -> ConsumerRecord | None:
         """The next record if one is buffered and nothing is pending, as ``getone``."""
-        self._handing_out = None
+        self._poll_state.fetch = None
         fetcher = self._ready_for_buffered()
         if fetcher is None:
             return None
@@ -254,7 +266,7 @@ class RecordPolling:
         if taken is None:
             return None
         fetch, record = taken
-        self._returned = [fetch.state]
+        self._poll_state.returned = [fetch.state]
         self._hand_out_from(fetcher, fetch)
         return record
 
@@ -262,11 +274,11 @@ class RecordPolling:
         """The record just taken came from ``fetch``: the next may too (if its batch has more
         and nothing older is buffered)."""
         if fetch.has_more_in_batch and fetcher.is_front(fetch):
-            self._handing_out = fetch
+            self._poll_state.fetch = fetch
 
     async def _anext_slowly(self) -> ConsumerRecord:
         """``getone`` (errors raised, waits for data, a turn for the loop every so often)."""
-        if self._closed:
+        if self._poll_state.closed:
             raise StopAsyncIteration
         try:
             return await self.getone()
