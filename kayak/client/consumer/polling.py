@@ -34,7 +34,6 @@ __all__ = ["PollState", "RecordPolling"]
 _RECORDS_BETWEEN_YIELDS = 500
 
 
-
 class PollState:
     """What the last poll handed out, and whether the consumer is closed: read on every
     record ``async for`` takes, so its C path finds these at slot offsets."""
