@@ -22,6 +22,8 @@
 #include "../../slot_access.h"
 #include <time.h>
 
+#include "_peeked_records.h"
+
 typedef struct {
     PyTypeObject *fetch, *state, *record, *poll;
     Py_ssize_t off_fetch_state, off_fetch_epoch, off_fetch_index, off_fetch_items;
@@ -540,7 +542,8 @@ static PyMethodDef next_record_methods[] = {
 static struct PyModuleDef next_record_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kayak.client.consumer._next_record",
-    .m_doc = "async for over a consumer's records, its usual case in C (see polling.py).",
+    .m_doc = "async for over a consumer's records, its usual case in C (see polling.py), and "
+             "the sync facade's handout of peeked records (see iteration.py).",
     .m_size = -1,
     .m_methods = next_record_methods,
 };
@@ -572,14 +575,15 @@ PyMODINIT_FUNC
 PyInit__next_record(void)
 {
     if (intern_names() < 0 || PyType_Ready(&ReadyRecordType) < 0
-        || PyType_Ready(&RecordIteratorType) < 0) {
+        || PyType_Ready(&RecordIteratorType) < 0 || peeked_records_ready() < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&next_record_module);
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "RecordIterator", (PyObject *)&RecordIteratorType) < 0) {
+    if (PyModule_AddObjectRef(module, "RecordIterator", (PyObject *)&RecordIteratorType) < 0
+        || PyModule_AddObjectRef(module, "PeekedRecords", (PyObject *)&PeekedRecordsType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from kayak.client.consumer.consumer import Consumer
+from kayak.client.consumer.native import next_record
 from kayak.client.consumer.records import ConsumerRecord, TopicPartition
 
 
@@ -70,29 +71,59 @@ _MAX_UNSETTLED_S = 0.1
 _PEEK_RECORDS = 500
 
 
-class Handout(Iterator[ConsumerRecord]):
-    """The application thread's side, an iterator: hands out the records
-    :func:`next_records` peeked, one per ``next()``, and settles them through ``run`` (runs a
-    coroutine on the consumer's loop and waits for it) when they run out, go stale, or before
-    any other call (:meth:`settle_pending`)."""
+class PeekedRecords:
+    """Hands out ``_peeked[_index]`` per ``next()`` while some are left and ``_settle_by``
+    (``time.monotonic()``) has not passed; otherwise returns ``self._refill()``.
 
-    def __init__(self, consumer: Consumer, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
-        self._consumer = consumer
-        self._run = run
-        self._peeked: list[ConsumerRecord] = []
-        self._index = 0  # records of _peeked handed out
-        self._settle_by = 0.0
+    The reference for ``_next_record.PeekedRecords``, which the facade uses when it is built:
+    this method call per record cost as much as making the record did.
+    """
+
+    __slots__ = ("_index", "_peeked", "_settle_by")
+
+    _peeked: list[ConsumerRecord]
+    _index: int
+    _settle_by: float
 
     def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record, as ``__anext__`` would return it (``StopIteration`` once closed)."""
         index = self._index
         peeked = self._peeked
         if index < len(peeked) and time.monotonic() < self._settle_by:
             self._index = index + 1
             return peeked[index]
+        return self._refill()
+
+    def _refill(self) -> ConsumerRecord:
+        raise NotImplementedError
+
+
+if next_record is None or TYPE_CHECKING:
+    _PeekedRecordsBase = PeekedRecords
+else:
+    _PeekedRecordsBase = next_record.PeekedRecords
+
+
+class Handout(_PeekedRecordsBase, Iterator[ConsumerRecord]):
+    """The application thread's side, an iterator: hands out the records
+    :func:`next_records` peeked, one per ``next()``, and settles them through ``run`` (runs a
+    coroutine on the consumer's loop and waits for it) when they run out, go stale, or before
+    any other call (:meth:`settle_pending`)."""
+
+    __slots__ = ("_consumer", "_run")
+
+    def __init__(self, consumer: Consumer, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
+        self._consumer = consumer
+        self._run = run
+        self._peeked = []
+        self._index = 0  # records of _peeked handed out
+        self._settle_by = 0.0
+
+    def _refill(self) -> ConsumerRecord:
+        """The next record, as ``__anext__`` would return it (``StopIteration`` once closed),
+        once the peeked ones ran out or went stale."""
         handed_out = self._handed_out()
         try:
             result: tuple[list[ConsumerRecord], bool] = self._run(

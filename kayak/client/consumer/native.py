@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kayak.client.consumer._next_record import RecordIterator
+    from kayak.client.consumer._next_record import PeekedRecords, RecordIterator
 
 __all__ = ["NextRecordCode", "next_record"]
 
@@ -23,6 +23,7 @@ class NextRecordCode(Protocol):
     """What ``_next_record`` provides (the module itself satisfies this protocol)."""
 
     RecordIterator: type[RecordIterator]
+    PeekedRecords: type[PeekedRecords]
 
     def configure(
         self, completed_fetch: type, partition_state: type, record: type, poll_state: type, /
