@@ -139,7 +139,9 @@ class FrameDecoder:
                     self._start_frame(INT32.unpack(self._prefix)[0])
                 continue
             take = min(len(frame) - self._filled, end - pos)
-            frame[self._filled : self._filled + take] = data[pos : pos + take]
+            # Through a view: a bytearray's own slice assignment copies a memoryview twice.
+            with memoryview(frame) as into:
+                into[self._filled : self._filled + take] = data[pos : pos + take]
             self._filled += take
             pos += take
             if self._filled == len(frame):
