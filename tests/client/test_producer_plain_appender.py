@@ -510,3 +510,35 @@ def test_a_subclass_with_its_own_produce_keeps_it(kayak_broker: RunningBroker) -
 
     run(main())
     assert seen == [b"a", b"b"]
+
+
+def test_the_counters_are_c_integers_that_python_reads_and_writes_as_ints() -> None:
+    from kayak.client.producer import _per_record
+    from kayak.client.producer.accumulator import BufferMemory
+
+    memory = BufferMemory(1 << 20)
+    assert isinstance(memory, _per_record.MemoryCounters)
+    memory.used += 1_000
+    memory.used -= 400
+    assert (memory.limit, memory.used) == (1 << 20, 600)
+    assert ProducerBatch.__mro__[1] is _per_record.BatchCounters
+    with pytest.raises(TypeError):
+        memory.used = "600"  # type: ignore[assignment]
+    with pytest.raises(OverflowError):
+        memory.limit = 1 << 64
+    assert memory.limit == 1 << 20  # a refused value changes nothing
+
+
+def test_configure_refuses_classes_without_the_c_counters() -> None:
+    from kayak.client.producer import _per_record
+    from kayak.client.producer.accumulator import BufferMemory
+    from kayak.client.producer.batch import PartitionQueue
+    from kayak.client.producer.sender import TopicState
+
+    class PlainBatch:
+        __slots__ = ("plain", "report_positions", "reports", "timestamp", "timestamps", "values")
+
+    with pytest.raises(TypeError, match="BatchCounters"):
+        _per_record.configure(TopicState, PartitionQueue, PlainBatch, BufferMemory)
+    # The producer's own classes are still the configured ones: produce keeps its C path.
+    _per_record.configure(TopicState, PartitionQueue, ProducerBatch, BufferMemory)

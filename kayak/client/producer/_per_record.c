@@ -15,13 +15,15 @@
  *
  * It reads and writes the slots of TopicState, PartitionQueue, ProducerBatch and BufferMemory
  * at the offsets their member descriptors give (configure()), as the interpreter's own slot
- * loads do, and only on objects of exactly those classes.
+ * loads do, and only on objects of exactly those classes. ProducerBatch's and BufferMemory's
+ * counters are C integers of their base classes (_counters.c).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include "../../slot_access.h"
+#include "_counters.h"
 #include "_delivery_reports.h"
 #include <stdint.h>
 #include <time.h>
@@ -34,10 +36,10 @@ typedef struct {
     PyTypeObject *queue;
     Py_ssize_t off_open;
     PyTypeObject *batch;
-    Py_ssize_t off_size, off_record_count, off_plain, off_reports, off_report_positions,
-        off_report_kinds, off_values, off_timestamps, off_timestamp;
+    Py_ssize_t off_plain, off_reports, off_report_positions, off_values, off_timestamps,
+        off_timestamp;
     PyTypeObject *memory;
-    Py_ssize_t off_used, off_limit, off_waiters;
+    Py_ssize_t off_waiters;
 } layout;
 
 static layout classes;
@@ -76,18 +78,20 @@ configure(PyObject *module, PyObject *args)
     if (slot_offset(fresh.topic_state, "sticky", &fresh.off_sticky) < 0
         || slot_offset(fresh.topic_state, "queues", &fresh.off_queues) < 0
         || slot_offset(fresh.queue, "open", &fresh.off_open) < 0
-        || slot_offset(fresh.batch, "size", &fresh.off_size) < 0
-        || slot_offset(fresh.batch, "record_count", &fresh.off_record_count) < 0
         || slot_offset(fresh.batch, "plain", &fresh.off_plain) < 0
         || slot_offset(fresh.batch, "reports", &fresh.off_reports) < 0
         || slot_offset(fresh.batch, "report_positions", &fresh.off_report_positions) < 0
-        || slot_offset(fresh.batch, "report_kinds", &fresh.off_report_kinds) < 0
         || slot_offset(fresh.batch, "values", &fresh.off_values) < 0
         || slot_offset(fresh.batch, "timestamps", &fresh.off_timestamps) < 0
         || slot_offset(fresh.batch, "timestamp", &fresh.off_timestamp) < 0
-        || slot_offset(fresh.memory, "used", &fresh.off_used) < 0
-        || slot_offset(fresh.memory, "limit", &fresh.off_limit) < 0
         || slot_offset(fresh.memory, "waiters", &fresh.off_waiters) < 0) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype(fresh.batch, &BatchCountersType)
+        || !PyType_IsSubtype(fresh.memory, &MemoryCountersType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(): the batch and memory classes must derive from "
+                        "BatchCounters and MemoryCounters");
         return NULL;
     }
     if (configured) {
@@ -221,17 +225,14 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
     }
 
     /* buffer.memory: nobody waiting for room, and room for this record. */
-    PyObject *memory = self->memory;
+    MemoryCounters *memory = (MemoryCounters *)self->memory;
     PyObject *waiters = SLOT(memory, classes.off_waiters);
-    long long used, limit;
-    if (waiters == NULL || PyObject_Size(waiters) != 0
-        || !small_int(SLOT(memory, classes.off_used), &used)
-        || !small_int(SLOT(memory, classes.off_limit), &limit)) {
+    if (waiters == NULL || PyObject_Size(waiters) != 0) {
         PyErr_Clear();
         return 0;
     }
     long long charge = size + self->memory_overhead;
-    if (used + charge > limit) {
+    if (memory->used + charge > memory->limit) {
         return 0;
     }
 
@@ -242,15 +243,13 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
         }
         return 0;
     }
-    long long batch_bytes, count, kinds, first_timestamp = 0;
+    BatchCounters *counters = (BatchCounters *)batch;
+    long long count = counters->record_count, first_timestamp = 0;
     PyObject *reports = SLOT(batch, classes.off_reports);
     PyObject *positions = SLOT(batch, classes.off_report_positions);
     PyObject *values = SLOT(batch, classes.off_values);
     PyObject *stamps = SLOT(batch, classes.off_timestamps);
-    if (!small_int(SLOT(batch, classes.off_size), &batch_bytes)
-        || !small_int(SLOT(batch, classes.off_record_count), &count)
-        || !small_int(SLOT(batch, classes.off_report_kinds), &kinds)
-        || (batch_bytes + size > self->batch_size && count)
+    if ((counters->size + size > self->batch_size && count)
         || SLOT(batch, classes.off_plain) != Py_True
         || values == NULL || !PyList_CheckExact(values)
         || reports == NULL || !PyList_CheckExact(reports)
@@ -267,20 +266,14 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
         return 0; /* a new millisecond: Python starts the batch's per-record timestamps */
     }
 
-    /* Everything checked: make the new numbers, then change the batch and the memory. */
-    PyObject *new_used = PyLong_FromLongLong(used + charge);
-    PyObject *new_size = PyLong_FromLongLong(batch_bytes + size);
-    PyObject *new_count = PyLong_FromLongLong(count + 1);
-    PyObject *new_kinds = on_delivery == Py_None ? NULL : PyLong_FromLongLong(kinds | kind);
+    /* Everything checked: make the new objects, then change the batch and the memory. */
     PyObject *position =
         positions == Py_None || on_delivery == Py_None ? NULL : PyLong_FromLongLong(count);
     PyObject *stamp = stamps == Py_None ? NULL : same_millisecond(stamps, timestamp);
     if (stamp == NULL && stamps != Py_None) {
         stamp = PyLong_FromLongLong(timestamp);
     }
-    if (new_used == NULL || new_size == NULL || new_count == NULL
-        || (on_delivery != Py_None && new_kinds == NULL)
-        || (positions != Py_None && on_delivery != Py_None && position == NULL)
+    if ((positions != Py_None && on_delivery != Py_None && position == NULL)
         || (stamps != Py_None && stamp == NULL)) {
         goto failed;
     }
@@ -289,24 +282,19 @@ append_plain(PlainAppender *self, PyObject *topic, PyObject *value, PyObject *on
             || PyList_Append(reports, on_delivery) < 0) {
             goto failed;
         }
-        set_slot(batch, classes.off_report_kinds, new_kinds);
-        new_kinds = NULL;
+        counters->report_kinds |= kind;
     }
     if (PyList_Append(values, value) < 0 || (stamp != NULL && PyList_Append(stamps, stamp) < 0)) {
         goto failed;
     }
-    set_slot(memory, classes.off_used, new_used);
-    set_slot(batch, classes.off_record_count, new_count);
-    set_slot(batch, classes.off_size, new_size);
+    memory->used += charge;
+    counters->record_count = count + 1;
+    counters->size += size;
     Py_XDECREF(position);
     Py_XDECREF(stamp);
     return 1;
 
 failed:
-    Py_XDECREF(new_used);
-    Py_XDECREF(new_size);
-    Py_XDECREF(new_count);
-    Py_XDECREF(new_kinds);
     Py_XDECREF(position);
     Py_XDECREF(stamp);
     return -1;
@@ -492,14 +480,16 @@ PyInit__per_record(void)
     str_partition = PyUnicode_InternFromString("partition");
     str_timestamp = PyUnicode_InternFromString("timestamp");
     if (str_on_delivery == NULL || str_key == NULL || str_headers == NULL || str_partition == NULL
-        || str_timestamp == NULL || PyType_Ready(&PlainAppenderType) < 0) {
+        || str_timestamp == NULL || PyType_Ready(&PlainAppenderType) < 0 || counters_ready() < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&per_record_module);
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "PlainAppender", (PyObject *)&PlainAppenderType) < 0) {
+    if (PyModule_AddObjectRef(module, "PlainAppender", (PyObject *)&PlainAppenderType) < 0
+        || PyModule_AddObjectRef(module, "MemoryCounters", (PyObject *)&MemoryCountersType) < 0
+        || PyModule_AddObjectRef(module, "BatchCounters", (PyObject *)&BatchCountersType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -56,3 +56,12 @@ class PlainAppender:
     ) -> None: ...
     def append_future(self, topic: str, value: object, future: object, /) -> bool: ...
     def __call__(self, topic: str, value: object, **kwargs: object) -> None: ...
+
+class MemoryCounters:
+    limit: int
+    used: int
+
+class BatchCounters:
+    record_count: int
+    report_kinds: int
+    size: int

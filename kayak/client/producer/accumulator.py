@@ -29,6 +29,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from kayak.client.producer.batch import (
     RECORD_MEMORY_OVERHEAD,
@@ -40,6 +41,7 @@ from kayak.client.producer.batch import (
     Value,
 )
 from kayak.client.producer.idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceManager
+from kayak.client.producer.native import per_record
 from kayak.errors import KafkaTimeoutError
 from kayak.protocol.records import Codec
 from kayak.protocol.records.record import NO_SEQUENCE
@@ -62,10 +64,26 @@ timestamp and offset deltas, key and value lengths, header count. Exact for valu
 under 8 KiB in batches of under 8,192 records spanning less than 8 s; an estimate otherwise."""
 
 
-class BufferMemory:
+class MemoryCounters:
+    """``BufferMemory``'s ``limit`` and ``used``: the reference for ``_per_record``'s C base
+    class of the same name, which keeps them as C integers for ``produce``'s C path."""
+
+    __slots__ = ("limit", "used")
+
+    limit: int
+    used: int
+
+
+if per_record is None or TYPE_CHECKING:
+    _MemoryCountersBase = MemoryCounters
+else:
+    _MemoryCountersBase = per_record.MemoryCounters
+
+
+class BufferMemory(_MemoryCountersBase):
     """``buffer.memory``: bytes charged for buffered records, with FIFO waiters for room."""
 
-    __slots__ = ("limit", "used", "waiters")
+    __slots__ = ("waiters",)
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

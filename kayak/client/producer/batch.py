@@ -14,7 +14,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import crc32c
 
@@ -119,7 +119,25 @@ class BulkSend:
             self.future.exception()  # logged once per batch instead of "never retrieved"
 
 
-class ProducerBatch:
+class BatchCounters:
+    """``ProducerBatch``'s ``record_count``, ``size`` and ``report_kinds``: the reference for
+    ``_per_record``'s C base class of the same name, which keeps them as C integers for
+    ``produce``'s C path."""
+
+    __slots__ = ("record_count", "report_kinds", "size")
+
+    record_count: int
+    report_kinds: int
+    size: int
+
+
+if per_record is None or TYPE_CHECKING:
+    _BatchCountersBase = BatchCounters
+else:
+    _BatchCountersBase = per_record.BatchCounters
+
+
+class ProducerBatch(_BatchCountersBase):
     """Records for one partition, sent and acknowledged together."""
 
     __slots__ = (
@@ -140,13 +158,10 @@ class ProducerBatch:
         "producer_epoch",
         "producer_id",
         "queue",
-        "record_count",
         "records",
-        "report_kinds",
         "report_positions",
         "reports",
         "retry_at",
-        "size",
         "timestamp",
         "timestamps",
         "values",

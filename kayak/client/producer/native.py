@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from kayak.client.producer._per_record import PlainAppender
+    from kayak.client.producer._per_record import BatchCounters, MemoryCounters, PlainAppender
     from kayak.client.producer.record_metadata import RecordMetadata
 
 __all__ = ["NATIVE_PRODUCE", "PerRecordCode", "per_record"]
@@ -25,6 +25,8 @@ class PerRecordCode(Protocol):
     """What ``_per_record`` provides (the module itself satisfies this protocol)."""
 
     PlainAppender: type[PlainAppender]
+    MemoryCounters: type[MemoryCounters]
+    BatchCounters: type[BatchCounters]
 
     def configure(
         self, topic_state: type, partition_queue: type, producer_batch: type, memory: type, /
