@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kayak.broker.log.disk_sync import SyncFile, sync_file
 from kayak.broker.log.open_files import SegmentFile
 from kayak.broker.log.segment import Segment
-
-if TYPE_CHECKING:
-    from kayak.broker.log.partition import PartitionLog
 
 __all__ = ["FlushPoint"]
 
@@ -26,7 +22,6 @@ class FlushPoint:
     write's failure (Linux 4.16+ reports a writeback error to every file not yet told of it).
     """
 
-    log: PartitionLog
     segment: Segment
     file: SegmentFile | None
     position: int

@@ -177,21 +177,24 @@ class GroupCommit:
             self._start_round()
 
     async def _run(self, logs: list[PartitionLog], force: bool = False) -> None:
-        points = [p for p in (_flush_point(plog, force) for plog in logs) if p is not None]
-        if not points:
+        flushes = [
+            (plog, point) for plog in logs if (point := _flush_point(plog, force)) is not None
+        ]
+        if not flushes:
             return
-        durable_before = [point.log.durable_offset for point in points]
+        durable_before = [plog.durable_offset for plog, _ in flushes]
+        points = [point for _, point in flushes]
         results = await self._disk.fdatasync([point.sync_file for point in points], points)
         self.syncs += 1
         records = 0
-        for point, (error, _), before in zip(points, results, durable_before, strict=True):
+        for (plog, point), (error, _), before in zip(flushes, results, durable_before, strict=True):
             if error:
-                point.log.flush_failed(point, OSError(error, os.strerror(error)))
-            elif point.log.offline is None:
+                plog.flush_failed(point, OSError(error, os.strerror(error)))
+            elif plog.offline is None:
                 # Not after an overlapping round's failed fdatasync: the kernel may have
                 # dropped those pages, and a later fdatasync succeeding says nothing of them.
                 records += max(point.offset - before, 0)
-                point.log.flushed(point)
+                plog.flushed(point)
         if self.observer is not None:
             self.observer.flushed([seconds for _, seconds in results], records)
 

@@ -343,7 +343,7 @@ class PartitionLog:
         active = self.active
         if not force and active.size == self._flushed[0]:
             return None
-        return FlushPoint(self, active, active.pin_file(), active.size, active.next_offset)
+        return FlushPoint(active, active.pin_file(), active.size, active.next_offset)
 
     def flushed(self, point: FlushPoint) -> None:
         """``point`` is on disk: move the high watermark up to it."""
