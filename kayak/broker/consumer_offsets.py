@@ -34,11 +34,12 @@ import logging
 import struct
 import time
 
-from kayak.broker.catalog import Partition, TopicCatalog
+from kayak.broker.catalog import TopicCatalog
 from kayak.broker.group.offsets import CommittedOffset, OffsetStoreError
 from kayak.broker.log import AppendResult, LogWriter, PartitionLog
 from kayak.broker.log.producer_state import next_sequence
 from kayak.broker.log.replay import replay_batches
+from kayak.broker.topic import Partition
 from kayak.errors import KafkaError, KayakError, TopicExistsError
 from kayak.protocol.messages.group_coordinator.group_metadata_key import GroupMetadataKey
 from kayak.protocol.messages.group_coordinator.group_metadata_value import GroupMetadataValue

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from kayak.broker import Broker
-from kayak.broker.catalog import Topic
 from kayak.broker.handlers.cluster import _describe, _SplicedMetadataResponse
 from kayak.broker.log import LogConfig
 from kayak.broker.metrics.requests import RequestMetrics
+from kayak.broker.topic import Topic
 from kayak.errors import ErrorCode
 from kayak.protocol.messages import ApiKey
 from kayak.protocol.messages.create_partitions_request import (

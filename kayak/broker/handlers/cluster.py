@@ -7,13 +7,13 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from kayak.broker.catalog import NO_LEADER, NewTopic, Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers.authorized_operations import cluster_operations, topic_operations
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import GROUP, TOPIC, allowed, allowed_on_cluster
 from kayak.broker.security.acls.model import ResourceType
 from kayak.broker.shards import ShardAddress
+from kayak.broker.topic import NO_LEADER, NewTopic, Topic
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from kayak.protocol.messages.describe_cluster_response import (

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from kayak.broker.catalog import Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers import broker_configs
 from kayak.broker.handlers.broker_configs import with_kept
@@ -28,6 +27,7 @@ from kayak.broker.log.config_defs import LIST_CONFIGS, TOPIC_CONFIGS
 from kayak.broker.security.acls import AclOperation
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
 from kayak.broker.security.acls.internal_topics import is_internal_topic
+from kayak.broker.topic import Topic
 from kayak.errors import (
     ErrorCode,
     InvalidConfigurationError,

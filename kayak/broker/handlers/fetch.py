@@ -12,10 +12,11 @@ import contextlib
 import uuid
 from dataclasses import dataclass
 
-from kayak.broker.catalog import Partition, TopicCatalog
+from kayak.broker.catalog import TopicCatalog
 from kayak.broker.context import RequestContext
 from kayak.broker.security.acls import AclOperation
 from kayak.broker.security.acls.checks import TOPIC, allowed
+from kayak.broker.topic import Partition
 from kayak.errors import ErrorCode, KafkaError, UnknownTopicIdError
 from kayak.protocol.messages.fetch_request import FetchRequest
 from kayak.protocol.messages.fetch_response import (

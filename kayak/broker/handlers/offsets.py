@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
 from kayak.broker.log import PartitionLog
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed
+from kayak.broker.topic import Partition
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.delete_records_request import DeleteRecordsRequest
 from kayak.protocol.messages.delete_records_response import (

@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 
-from kayak.broker.catalog import Partition
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers.transactions import (
     check_transactional_produce,
@@ -15,6 +14,7 @@ from kayak.broker.handlers.transactions import (
 from kayak.broker.log.writer import LogWriter
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_any, allowed_on_cluster
+from kayak.broker.topic import Partition
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from kayak.protocol.messages.init_producer_id_response import InitProducerIdResponse

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kayak.broker.catalog import NewTopic, Topic
 from kayak.broker.context import RequestContext
 from kayak.broker.handlers.config_entries import topic_entries
 from kayak.broker.handlers.configs import warn_if_compacted
 from kayak.broker.security.acls import AclOperation, is_internal_topic
 from kayak.broker.security.acls.checks import TOPIC, allowed, allowed_on_cluster
+from kayak.broker.topic import NewTopic, Topic
 from kayak.errors import ErrorCode, KafkaError
 from kayak.protocol.messages.create_partitions_request import (
     CreatePartitionsRequest,

@@ -17,9 +17,10 @@ import contextlib
 import logging
 import time
 
-from kayak.broker.catalog import Partition, TopicCatalog
+from kayak.broker.catalog import TopicCatalog
 from kayak.broker.log import LogWriter
 from kayak.broker.log.replay import replay_records
+from kayak.broker.topic import Partition
 from kayak.errors import KafkaError, TopicExistsError
 from kayak.protocol.records import build_record_batch
 from kayak.registry import errors

@@ -14,8 +14,9 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from kayak.broker.catalog import Partition, TopicCatalog
+from kayak.broker.catalog import TopicCatalog
 from kayak.broker.log import LogWriter
+from kayak.broker.topic import Partition
 from kayak.broker.txn import crash_points
 from kayak.errors import KafkaError, UnknownTopicOrPartitionError
 

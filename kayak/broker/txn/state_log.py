@@ -14,10 +14,11 @@ import logging
 import struct
 import time
 
-from kayak.broker.catalog import Partition, TopicCatalog
+from kayak.broker.catalog import TopicCatalog
 from kayak.broker.consumer_offsets import open_internal_topic
 from kayak.broker.log import LogWriter
 from kayak.broker.log.replay import replay_records
+from kayak.broker.topic import Partition
 from kayak.broker.txn.records import (
     TOPIC,
     TxnMetadata,
