@@ -36,6 +36,7 @@ from kayak.protocol.records import (
     build_record_batch,
     builder,
     native,
+    records_section,
 )
 from kayak.protocol.records.record import BATCH_HEADER_SIZE
 
@@ -161,7 +162,9 @@ def python_records(
     append_time: int | None = None,
 ) -> list[Record]:
     """The pure-Python decoder with the dispatcher's post-processing."""
-    records = batch._py_decode_records(data, start, stop, count, base_offset, base_timestamp)
+    records = records_section.py_decode_records(
+        data, start, stop, count, base_offset, base_timestamp
+    )
     for record in records:
         if append_time is not None:
             record.timestamp = append_time
@@ -205,7 +208,9 @@ def compare_records(
         assert as_rows(native) == as_rows(expected)
     elif kind == "ok":
         # Declining valid input is allowed only for values C cannot hold.
-        raw = batch._py_decode_records(data, start, stop, count, base_offset, base_timestamp)
+        raw = records_section.py_decode_records(
+            data, start, stop, count, base_offset, base_timestamp
+        )
         assert any(
             not fits_int64(r.offset - base_offset)
             or not fits_int64(r.offset)
@@ -219,7 +224,7 @@ def compare_records(
     # Whatever C did, the dispatcher's answer is Python's.
     assert outcome(
         lambda: as_rows(
-            batch._decode_records(
+            records_section.decode_records(
                 data, start, stop, count, base_offset, base_timestamp, record_type, append_time
             )
         )
@@ -230,14 +235,18 @@ def compare_records(
 def compare_values(data: bytes, start: int, stop: int, count: int, base_offset: int) -> None:
     native = _codec.decode_values(data, start, stop, count)
     assert _codec.decode_values(memoryview(data), start, stop, count) == native
-    kind, expected = outcome(lambda: batch._py_decode_values(data, start, stop, count, base_offset))
+    kind, expected = outcome(
+        lambda: records_section.py_decode_values(data, start, stop, count, base_offset)
+    )
     if native is not None:
         assert kind == "ok", f"C decoded values Python rejects: {expected}"
         assert native == expected
         assert all(type(v) is bytes or v is None for v in native)
     else:
         assert kind == "error", "C declined values Python decodes"
-    assert outcome(lambda: batch._decode_values(data, start, stop, count, base_offset)) == (
+    assert outcome(
+        lambda: records_section.decode_values(data, start, stop, count, base_offset)
+    ) == (
         kind,
         expected,
     )
@@ -418,11 +427,12 @@ def test_error_paths_do_not_leak() -> None:
 
 @pytest.fixture
 def pure_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Callable[[], Any]], Any]]:
-    """Run a call with the C codec switched off in batch.py and builder.py."""
+    """Run a call with the C codec switched off in batch.py, records_section.py and builder.py."""
 
     def call(fn: Callable[[], Any]) -> Any:
         with monkeypatch.context() as patch:
             patch.setattr(batch, "_codec", None)
+            patch.setattr(records_section, "_codec", None)
             patch.setattr(builder, "_codec", None)
             return outcome(fn)
 
@@ -431,12 +441,12 @@ def pure_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Callable[
 
 def with_codec(fn: Callable[[], Any]) -> Any:
     """Run a call with the C codec switched on (even under KAYAK_PURE_PYTHON=1)."""
-    saved = batch._codec, builder._codec
-    batch._codec = builder._codec = _codec  # type: ignore[assignment]
+    saved = batch._codec, records_section._codec, builder._codec
+    batch._codec = records_section._codec = builder._codec = _codec  # type: ignore[assignment]
     try:
         return outcome(fn)
     finally:
-        batch._codec, builder._codec = saved
+        batch._codec, records_section._codec, builder._codec = saved
 
 
 encodable = st.one_of(st.none(), st.binary(max_size=200)).flatmap(

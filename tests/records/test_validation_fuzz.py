@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from kayak.errors import CorruptRecordError, InvalidRecordError, KafkaError
 from kayak.protocol.primitives import encode_varint
 from kayak.protocol.records import Codec, RecordBatch, build_record_batch, compress, validation
-from kayak.protocol.records.batch import _py_decode_records
 from kayak.protocol.records.record import BATCH_HEADER_SIZE, CRC_COVERED_HEADER
+from kayak.protocol.records.records_section import py_decode_records
 from kayak.protocol.records.scanner import assign_offsets, scan_batches
 from kayak.protocol.records.validation import (
     read_stored_batches,
@@ -161,7 +161,7 @@ def check_accepted_batch_is_sound(batch: bytes) -> None:
     assert [r.offset for r in records] == expected
     assert all(r.timestamp <= header.max_timestamp for r in records)
     section = RecordBatch(bytes(buf)).records_data()
-    reference = _py_decode_records(
+    reference = py_decode_records(
         section, 0, len(section), header.record_count, 1000, header.base_timestamp
     )
     assert [r.as_tuple() for r in reference] == [r.as_tuple() for r in records]

@@ -41,7 +41,7 @@ class RecordCodec(Protocol):
         untracked: bool,
         /,
     ) -> list[Record] | None:
-        """``batch._py_decode_records``, or None: decode in Python."""
+        """``records_section.py_decode_records``, or None: decode in Python."""
 
     def now_ms(self) -> int:
         """``time.time_ns() // 1_000_000``, cheaper."""
@@ -59,7 +59,7 @@ class RecordCodec(Protocol):
     def decode_values(
         self, data: bytes | bytearray | memoryview, start: int, stop: int, count: int, /
     ) -> list[bytes | None] | None:
-        """``batch._py_decode_values``, or None: decode in Python."""
+        """``records_section.py_decode_values``, or None: decode in Python."""
 
     def encode_records(
         self,

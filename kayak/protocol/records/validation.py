@@ -37,7 +37,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from kayak.errors import CorruptRecordError, InvalidRecordError, KafkaError
-from kayak.protocol.records.batch import RecordBatch, _decode_records
+from kayak.protocol.records.batch import RecordBatch
 from kayak.protocol.records.compression import Codec, codec_from_id, decompress
 from kayak.protocol.records.native import codec as _codec
 from kayak.protocol.records.record import (
@@ -48,6 +48,7 @@ from kayak.protocol.records.record import (
     TIMESTAMP_TYPE_BIT,
     Record,
 )
+from kayak.protocol.records.records_section import decode_records
 from kayak.protocol.records.scanner import BatchHeader, BatchScan
 from kayak.protocol.records.varints import ZIGZAG_DECODE_1, ZIGZAG_DECODE_2, read_zigzag
 
@@ -210,12 +211,12 @@ def _decoded_chunks(
 ) -> Iterator[list[Record]]:
     """The records of ``data[start:stop]``, at most :data:`CHUNK_RECORDS` at a time.
 
-    The decoder (``batch._decode_records``) checks each slice's structure: every record
+    The decoder (``records_section.decode_records``) checks each slice's structure: every record
     within its slice, fields ending where its length says, the slice ending exactly after its
     records. In a batch of several slices, its errors count records from the slice's first.
     """
     if count <= CHUNK_RECORDS:
-        yield _decode_records(
+        yield decode_records(
             data, start, stop, count, base_offset, base_timestamp, Record, append_time
         )
         return
@@ -223,7 +224,7 @@ def _decoded_chunks(
     starts.append(stop)
     for index, first in enumerate(range(0, count, CHUNK_RECORDS)):
         try:
-            records = _decode_records(
+            records = decode_records(
                 data,
                 starts[index],
                 starts[index + 1],
