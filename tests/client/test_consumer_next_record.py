@@ -169,6 +169,42 @@ def test_an_error_between_two_records_comes_first_in_async_for(kayak_broker: Run
     run(main())
 
 
+@pytest.mark.parametrize("where", ["fetch errors, appended", "position lookup", "group"])
+def test_an_error_set_after_records_were_taken_is_seen_by_the_next_record(
+    kayak_broker: RunningBroker, where: str
+) -> None:
+    """The C path reads the error attributes again only when their object's dict changed, so
+    an error set in place (appended to the fetcher's list) or assigned after several records
+    went through it must still stop the next one."""
+    bootstrap = kayak_broker.bootstrap_servers
+    (tp,) = numbered_topic(bootstrap, "next-record-late-error", 1_000)
+
+    async def main() -> None:
+        config: dict[str, object] = {}
+        if where == "group":
+            config = {"group.id": unique("late-error"), "auto.offset.reset": "earliest"}
+        async with _consumer(bootstrap, **config) as consumer:
+            if where == "group":
+                consumer.subscribe([tp.topic])
+            else:
+                consumer.assign([tp])
+                consumer.seek(tp, 0)
+            iterator = consumer.__aiter__()
+            taken = [await iterator.__anext__() for _ in range(5)]
+            assert [r.offset for r in taken[1:]] == [taken[0].offset + i for i in range(1, 5)]
+            failure = KayakError(f"injected: {where}")
+            if where == "fetch errors, appended":
+                consumer._fetcher._errors.append(failure)  # the same list object
+            elif where == "position lookup":
+                consumer._positions._error = failure
+            else:
+                consumer._group.error = failure
+            with pytest.raises(KayakError, match="injected"):
+                await iterator.__anext__()
+
+    run(main())
+
+
 def test_polls_seeks_and_pauses_between_records_keep_the_order(kayak_broker: RunningBroker) -> None:
     bootstrap = kayak_broker.bootstrap_servers
     tp0, tp1 = numbered_topic(bootstrap, "next-record-mixed", 4_000, partitions=2)

@@ -20,6 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include "../../slot_access.h"
+#include <stdint.h>
 #include <time.h>
 
 #include "_peeked_records.h"
@@ -128,19 +129,48 @@ read_attribute(PyObject *obj, PyObject *dict, PyObject *name)
     return PyObject_GetAttr(obj, name);
 }
 
+/* An attribute read per record, and the dict version it was read at. */
+typedef struct {
+    PyObject *value; /* as last read (a strong reference), or NULL */
+    uint64_t version;
+} CachedAttribute;
+
+/* obj.name (borrowed: ``cached`` holds it), read from ``dict`` again only when the dict changed
+ * since the last read. Between two records nothing usually runs that sets these attributes, and
+ * three dict lookups were 5 % of a record's instructions; a value changed in place (an error
+ * appended to a list) is the same object, so the caller still sees it. Python 3.12 deprecates
+ * the dicts' version tags: there every read looks the attribute up. */
+static PyObject *
+cached_attribute(PyObject *obj, PyObject *dict, PyObject *name, CachedAttribute *cached)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (dict != NULL && cached->value != NULL
+        && ((PyDictObject *)dict)->ma_version_tag == cached->version) {
+        return cached->value;
+    }
+#endif
+    PyObject *value = read_attribute(obj, dict, name);
+    if (value == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(cached->value, value);
+#if PY_VERSION_HEX < 0x030C0000
+    cached->version = dict != NULL ? ((PyDictObject *)dict)->ma_version_tag : 0;
+#endif
+    return value;
+}
+
 /* An attribute that must be None, False or an empty list for the fast
  * path: 1 if it is, 0 if not, -1 on error (or when it could not be read). */
 static int
-attribute_is_clear(PyObject *obj, PyObject *dict, PyObject *name)
+attribute_is_clear(PyObject *obj, PyObject *dict, PyObject *name, CachedAttribute *cached)
 {
-    PyObject *value = read_attribute(obj, dict, name);
+    PyObject *value = cached_attribute(obj, dict, name, cached);
     if (value == NULL) {
         return -1;
     }
-    int clear = value == Py_None || value == Py_False
-                || (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0);
-    Py_DECREF(value);
-    return clear;
+    return value == Py_None || value == Py_False
+           || (PyList_CheckExact(value) && PyList_GET_SIZE(value) == 0);
 }
 
 /* -- ReadyRecord: an awaitable that is already done ------------------------------------------- */
@@ -216,6 +246,7 @@ typedef struct {
     PyObject *fetcher, *group, *positions; /* set once the consumer started (never replaced) */
     /* Their instance dicts where their attributes are plain (see plain_attributes), or NULL */
     PyObject *fetcher_dict, *group_dict, *positions_dict;
+    CachedAttribute fetch_errors, group_error, position_error; /* what nothing_pending reads */
     ReadyRecord *spare;                    /* reused while nothing else holds it */
     long long since_yield, yield_every;
     double polled_at, poll_every;
@@ -246,6 +277,9 @@ iterator_init(RecordIterator *self, PyObject *args, PyObject *kwargs)
     Py_CLEAR(self->fetcher_dict);
     Py_CLEAR(self->group_dict);
     Py_CLEAR(self->positions_dict);
+    Py_CLEAR(self->fetch_errors.value);
+    Py_CLEAR(self->group_error.value);
+    Py_CLEAR(self->position_error.value);
     /* Without a PollState of exactly the configured class every record goes to Python. */
     PyObject *poll = PyObject_GetAttr(consumer, str_poll_state);
     if (poll == NULL) {
@@ -273,6 +307,9 @@ iterator_traverse(RecordIterator *self, visitproc visit, void *arg)
     Py_VISIT(self->fetcher_dict);
     Py_VISIT(self->group_dict);
     Py_VISIT(self->positions_dict);
+    Py_VISIT(self->fetch_errors.value);
+    Py_VISIT(self->group_error.value);
+    Py_VISIT(self->position_error.value);
     Py_VISIT(self->spare);
     return 0;
 }
@@ -288,6 +325,9 @@ iterator_clear(RecordIterator *self)
     Py_CLEAR(self->fetcher_dict);
     Py_CLEAR(self->group_dict);
     Py_CLEAR(self->positions_dict);
+    Py_CLEAR(self->fetch_errors.value);
+    Py_CLEAR(self->group_error.value);
+    Py_CLEAR(self->position_error.value);
     Py_CLEAR(self->spare);
     return 0;
 }
@@ -340,18 +380,19 @@ nothing_pending(RecordIterator *self)
 {
     int clear = SLOT(self->poll, classes.off_poll_closed) == Py_False;
     if (clear == 1) {
-        PyObject *errors = read_attribute(self->fetcher, self->fetcher_dict, str_errors);
+        PyObject *errors =
+            cached_attribute(self->fetcher, self->fetcher_dict, str_errors, &self->fetch_errors);
         if (errors == NULL) {
             return -1;
         }
         clear = PyList_CheckExact(errors) && PyList_GET_SIZE(errors) == 0;
-        Py_DECREF(errors);
     }
     if (clear == 1 && self->group != Py_None) {
-        clear = attribute_is_clear(self->group, self->group_dict, str_error);
+        clear = attribute_is_clear(self->group, self->group_dict, str_error, &self->group_error);
     }
     if (clear == 1 && self->positions != Py_None) {
-        clear = attribute_is_clear(self->positions, self->positions_dict, str_error_private);
+        clear = attribute_is_clear(self->positions, self->positions_dict, str_error_private,
+                                   &self->position_error);
     }
     return clear;
 }
