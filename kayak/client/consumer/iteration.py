@@ -13,6 +13,7 @@ if the application seeks, pauses or commits between records.
 from __future__ import annotations
 
 import time
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -71,7 +72,7 @@ _MAX_UNSETTLED_S = 0.1
 _PEEK_RECORDS = 500
 
 
-class PeekedRecords:
+class PeekedRecords(metaclass=ABCMeta):
     """Hands out ``_peeked[_index]`` per ``next()`` while some are left and ``_settle_by``
     (``time.monotonic()``) has not passed; otherwise returns ``self._refill()``.
 
@@ -96,8 +97,10 @@ class PeekedRecords:
             return peeked[index]
         return self._refill()
 
+    @abstractmethod
     def _refill(self) -> ConsumerRecord:
-        raise NotImplementedError
+        """The next record once the peeked ones ran out or went stale (the subclass settles
+        and peeks again), or ``StopIteration``."""
 
 
 if next_record is None or TYPE_CHECKING:
