@@ -27,6 +27,7 @@ from kayak.broker.log.config_defs import LONG_MAX, LONG_MIN
 from kayak.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 from kayak.protocol.primitives import Buffer
 from kayak.protocol.records.compression import Codec, codec_from_id, compress, decompress
+from kayak.protocol.records.native import codec as _codec
 from kayak.protocol.records.record import (
     ATTRIBUTES_POS,
     BATCH_HEADER_SIZE,
@@ -50,6 +51,39 @@ _MAX_TIMESTAMP_AT = 35
 _OFFSET_PREFIX = struct.Struct(">qii")
 
 
+# The C check (kayak/protocol/records/_produced_batches.c) answers for the common case, valid
+# uncompressed batches, in one call: about 6 µs less per one-record request than the
+# reference below, which it mirrors and which runs whenever it declines.
+_checked_in_c = getattr(_codec, "check_produced_batches", None)
+
+
+def _checked_headers(
+    view: memoryview, config: LogConfig, base_offset: int, leader_epoch: int
+) -> list[BatchHeader]:
+    """The batches' headers as they will be stored, each checked; raises for the first batch
+    refused (see :meth:`ProducedBatches.check`)."""
+    compacted = config.compacted
+    headers = produced_batches(view)
+    next_offset = base_offset
+    for i, header in enumerate(headers):
+        if header.is_control:
+            raise InvalidRecordError("control batches are written by the broker, not produced")
+        if header.size > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{config.max_message_bytes}"
+            )
+        # As stored: the assigned base offset and the leader's epoch (cheaper than _replace).
+        header = headers[i] = BatchHeader._make(
+            (header.position, next_offset, header.batch_length, leader_epoch, *header[4:])
+        )
+        next_offset = header.next_offset
+        validate_produced_records(
+            view, header, compacted=compacted, log_append_time=config.log_append_time
+        )
+    return headers
+
+
 @dataclass(slots=True)
 class ProducedBatches:
     """Validated batches of one produce request for one partition, with assigned offsets."""
@@ -67,25 +101,15 @@ class ProducedBatches:
         lengths, compressed payloads, timestamps, keys on a compacted topic); raises
         before anything is written."""
         view = memoryview(records)
-        compacted = config.compacted
-        headers = produced_batches(view)
-        next_offset = base_offset
-        for i, header in enumerate(headers):
-            if header.is_control:
-                raise InvalidRecordError("control batches are written by the broker, not produced")
-            if header.size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {header.size} bytes exceeds max.message.bytes "
-                    f"{config.max_message_bytes}"
-                )
-            # As stored: the assigned base offset and the leader's epoch (cheaper than _replace).
-            header = headers[i] = BatchHeader._make(
-                (header.position, next_offset, header.batch_length, leader_epoch, *header[4:])
-            )
-            next_offset = header.next_offset
-            validate_produced_records(
-                view, header, compacted=compacted, log_append_time=config.log_append_time
-            )
+        headers = None
+        if _checked_in_c is not None:
+            headers = _checked_in_c(
+                view, base_offset, leader_epoch, config.max_message_bytes, config.compacted,
+                config.log_append_time, BatchHeader, crc32c.crc32c,
+            )  # fmt: skip
+        if headers is None:  # declined (compressed, or not valid): Python checks, or raises
+            headers = _checked_headers(view, config, base_offset, leader_epoch)
+        next_offset = headers[-1].next_offset if headers else base_offset
         if config.checks_timestamps:
             check_timestamps(headers, config, int(time.time() * 1000))
         if config.recompresses:

@@ -29,13 +29,12 @@
 #include <Python.h>
 #include <structmember.h>
 #include "../../slot_access.h"
+#include "_record_reads.h"
+#include "_produced_batches.h"
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-/* The smallest record: length, attributes, timestampDelta, offsetDelta, key length, value
- * length and header count, one byte each. A count above section_size / 7 cannot fit. */
-#define MIN_RECORD_SIZE 7
 
 /* Slot offsets of kayak.protocol.records.record.Record, read from its member descriptors by
  * configure(): the decoder stores straight into a new record's slots, as object.__new__ plus
@@ -50,73 +49,6 @@ typedef struct {
 } codec_state;
 
 static codec_state state = {NULL, 0, 0, 0, 0, 0};
-
-/* -- varints ---------------------------------------------------------------------------------- */
-
-/* Read an unsigned varint of at most max_bytes bytes from p[*pos..limit). Returns 0 and
- * advances *pos, or -1 if it is truncated, longer than max_bytes or wider than 64 bits. */
-static inline int
-read_uvarint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t limit, int max_bytes,
-             uint64_t *out)
-{
-    Py_ssize_t i = *pos;
-    uint64_t result = 0;
-    for (int n = 0; n < max_bytes; n++) {
-        if (i >= limit) {
-            return -1;
-        }
-        unsigned int b = p[i++];
-        uint64_t chunk = b & 0x7F;
-        if (n == 9 && chunk > 1) {
-            return -1; /* bits 64 and up: Python would carry on with a big int */
-        }
-        result |= chunk << (7 * n);
-        if (b < 0x80) {
-            *pos = i;
-            *out = result;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Zigzag-decode: (raw >> 1) ^ -(raw & 1), without signed overflow. */
-static inline int64_t
-unzigzag(uint64_t raw)
-{
-    return (int64_t)((raw >> 1) ^ (~(raw & 1) + 1));
-}
-
-/* A signed varint (zigzag) of at most max_bytes bytes. */
-static inline int
-read_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t limit, int max_bytes,
-            int64_t *out)
-{
-    uint64_t raw;
-    if (read_uvarint(p, pos, limit, max_bytes, &raw) < 0) {
-        return -1;
-    }
-    *out = unzigzag(raw);
-    return 0;
-}
-
-/* Skip a varint of at most max_bytes bytes, whatever its width (Python's skip_varint reads
- * up to 10 bytes and never looks at the value). */
-static inline int
-skip_varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t limit, int max_bytes)
-{
-    Py_ssize_t i = *pos;
-    for (int n = 0; n < max_bytes; n++) {
-        if (i >= limit) {
-            return -1;
-        }
-        if (p[i++] < 0x80) {
-            *pos = i;
-            return 0;
-        }
-    }
-    return -1;
-}
 
 /* -- decoding --------------------------------------------------------------------------------- */
 
@@ -220,43 +152,6 @@ fallback:
 error:
     Py_DECREF(headers);
     return -2;
-}
-
-/* The section's bytes: a bytes object directly, anything else exporting a flat buffer (the
- * consumer's memoryviews of a network frame, decoded in place) through the buffer protocol,
- * held until release_section so that it cannot be resized under us. Returns 0 if the section
- * can be decoded in C. */
-static int
-get_section(PyObject *data, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t count,
-            Py_buffer *view)
-{
-    view->obj = NULL;
-    if (PyBytes_CheckExact(data)) {
-        view->buf = PyBytes_AS_STRING(data);
-        view->len = PyBytes_GET_SIZE(data);
-    }
-    else if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear(); /* not a flat buffer: Python decides what that means */
-        view->obj = NULL;
-        return -1;
-    }
-    if (start < 0 || stop < start || stop > view->len || count < 0
-        || count > (stop - start) / MIN_RECORD_SIZE) {
-        /* Outside the buffer, or more records than can fit: Python reports it. */
-        if (view->obj != NULL) {
-            PyBuffer_Release(view);
-        }
-        return -1;
-    }
-    return 0;
-}
-
-static void
-release_section(Py_buffer *view)
-{
-    if (view->obj != NULL) {
-        PyBuffer_Release(view);
-    }
 }
 
 PyDoc_STRVAR(decode_records_doc,
@@ -1063,170 +958,6 @@ track(PyObject *module, PyObject *obj)
     Py_RETURN_NONE;
 }
 
-/* -- validating (produce path) ------------------------------------------------------------------ */
-
-/* Whether p[0..n) is well-formed UTF-8 (what PyUnicode_DecodeUTF8 accepts: no surrogates, no
- * overlong forms, nothing past U+10FFFF). */
-static int
-valid_utf8(const unsigned char *p, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-    while (i < n) {
-        unsigned int c = p[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int extra;
-        unsigned int min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            extra = 1, min = 0x80;
-        }
-        else if (c >= 0xE0 && c <= 0xEF) {
-            extra = 2, min = 0x800;
-        }
-        else if (c >= 0xF0 && c <= 0xF4) {
-            extra = 3, min = 0x10000;
-        }
-        else {
-            return 0;
-        }
-        if (n - i <= extra) {
-            return 0;
-        }
-        unsigned int cp = c & (0x3F >> extra);
-        for (int k = 1; k <= extra; k++) {
-            unsigned int b = p[i + k];
-            if ((b & 0xC0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return 0;
-        }
-        i += extra + 1;
-    }
-    return 1;
-}
-
-/* A nullable length (key or value) at *pos inside the record ending at end: skips the bytes.
- * Sets *is_null. Returns 0, or -1 for "not strictly valid". */
-static inline int
-skip_nullable(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, int *is_null)
-{
-    Py_ssize_t i = *pos;
-    int64_t length;
-    if (i >= end) {
-        return -1;
-    }
-    if (p[i] == 1) {
-        *pos = i + 1;
-        *is_null = 1;
-        return 0;
-    }
-    if (read_varint(p, &i, end, 5, &length) < 0 || length < 0 || length > end - i) {
-        return -1;
-    }
-    *pos = i + (Py_ssize_t)length;
-    *is_null = 0;
-    return 0;
-}
-
-PyDoc_STRVAR(validate_records_doc,
-"validate_records(data, start, stop, count) -> (min_timestamp_delta, max_timestamp_delta,\n"
-"any_null_key) or None\n\n"
-"Walk the records section data[start:stop] of a produced batch without building records:\n"
-"exactly count records, record i with offsetDelta i, every field within its record and\n"
-"ending where the record's length says, header keys UTF-8, nothing left over. None for\n"
-"anything else (the caller decodes in Python for the precise error).");
-
-static PyObject *
-validate_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t start, stop, count;
-    Py_buffer view;
-    (void)module;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "validate_records takes 4 arguments");
-        return NULL;
-    }
-    if ((start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if ((stop = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if ((count = PyLong_AsSsize_t(args[3])) == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (get_section(args[0], start, stop, count, &view) < 0) {
-        Py_RETURN_NONE;
-    }
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t pos = start;
-    int64_t min_delta = INT64_MAX, max_delta = INT64_MIN;
-    int any_null_key = 0;
-    for (Py_ssize_t index = 0; index < count; index++) {
-        int64_t length, timestamp_delta, offset_delta, header_count;
-        int null_key, null_value;
-        if (read_varint(p, &pos, stop, 5, &length) < 0 || length < 0 || length > stop - pos) {
-            goto invalid;
-        }
-        Py_ssize_t end = pos + (Py_ssize_t)length;
-        if (pos >= end) {
-            goto invalid; /* no attributes byte */
-        }
-        pos++; /* attributes: unused */
-        if (read_varint(p, &pos, end, 10, &timestamp_delta) < 0
-            || read_varint(p, &pos, end, 5, &offset_delta) < 0 || offset_delta != index) {
-            goto invalid;
-        }
-        if (skip_nullable(p, &pos, end, &null_key) < 0
-            || skip_nullable(p, &pos, end, &null_value) < 0) {
-            goto invalid;
-        }
-        if (read_varint(p, &pos, end, 5, &header_count) < 0 || header_count < 0
-            || header_count > end - pos) {
-            goto invalid;
-        }
-        for (int64_t h = 0; h < header_count; h++) {
-            int64_t key_length, value_length;
-            if (read_varint(p, &pos, end, 5, &key_length) < 0 || key_length < 0
-                || key_length > end - pos || !valid_utf8(p + pos, (Py_ssize_t)key_length)) {
-                goto invalid;
-            }
-            pos += (Py_ssize_t)key_length;
-            if (read_varint(p, &pos, end, 5, &value_length) < 0 || value_length < -1
-                || value_length > end - pos) {
-                goto invalid;
-            }
-            if (value_length > 0) {
-                pos += (Py_ssize_t)value_length;
-            }
-        }
-        if (pos != end) {
-            goto invalid;
-        }
-        any_null_key |= null_key;
-        if (timestamp_delta < min_delta) {
-            min_delta = timestamp_delta;
-        }
-        if (timestamp_delta > max_delta) {
-            max_delta = timestamp_delta;
-        }
-    }
-    if (pos != stop) {
-        goto invalid;
-    }
-    release_section(&view);
-    return Py_BuildValue("(LLO)", (long long)min_delta, (long long)max_delta,
-                         any_null_key ? Py_True : Py_False);
-invalid:
-    release_section(&view);
-    Py_RETURN_NONE;
-}
-
 /* -- murmur2 (the producer's key hash) ------------------------------------------------------- */
 
 /* Kafka's murmur2 over p[0..n): org.apache.kafka.common.utils.Utils.murmur2, in uint32_t
@@ -1309,8 +1040,6 @@ static PyMethodDef codec_methods[] = {
      encode_records_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL,
      encode_batch_doc},
-    {"validate_records", (PyCFunction)(void (*)(void))validate_records, METH_FASTCALL,
-     validate_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1329,5 +1058,10 @@ static struct PyModuleDef codec_module = {
 PyMODINIT_FUNC
 PyInit__codec(void)
 {
-    return PyModule_Create(&codec_module);
+    PyObject *module = PyModule_Create(&codec_module);
+    if (module != NULL && PyModule_AddFunctions(module, produced_batch_methods) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -1,10 +1,12 @@
-"""Type stub for the optional C record codec (``_codec.c``); see :mod:`.native`."""
+"""Type stub for the optional C record codec (``_codec.c`` and ``_produced_batches.c``); see
+:mod:`.native`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from kayak.protocol.records.record import Record
+from kayak.protocol.records.scanner import BatchHeader
 
 def configure(record_type: type[Record], /) -> None: ...
 def decode_records(
@@ -52,3 +54,14 @@ def encode_batch(
 def validate_records(
     data: bytes | bytearray | memoryview, start: int, stop: int, count: int, /
 ) -> tuple[int, int, bool] | None: ...
+def check_produced_batches(
+    data: bytes | bytearray | memoryview,
+    base_offset: int,
+    leader_epoch: int,
+    max_batch_size: int,
+    compacted: bool,
+    log_append_time: bool,
+    header_type: type[BatchHeader],
+    crc32c: Callable[[memoryview], int],
+    /,
+) -> list[BatchHeader] | None: ...

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kayak.protocol.records.record import Record
+
+if TYPE_CHECKING:
+    from kayak.protocol.records.scanner import BatchHeader
 
 __all__ = ["NATIVE", "RecordCodec", "codec"]
 
@@ -96,6 +99,22 @@ class RecordCodec(Protocol):
         """Walk a produced records section without building records: (earliest timestamp
         delta, latest timestamp delta, any null key), or None: decode in Python for the
         precise error."""
+
+    def check_produced_batches(
+        self,
+        data: bytes | bytearray | memoryview,
+        base_offset: int,
+        leader_epoch: int,
+        max_batch_size: int,
+        compacted: bool,
+        log_append_time: bool,
+        header_type: type[BatchHeader],
+        crc32c: Callable[[memoryview], int],
+        /,
+    ) -> list[BatchHeader] | None:
+        """A producer's batches' headers as they will be stored (``base_offset`` on, the
+        leader epoch set), when every batch is valid and uncompressed; None otherwise: check
+        in Python (``kayak.broker.log.produced``) for the precise error."""
 
 
 def _load() -> RecordCodec | None:
