@@ -427,7 +427,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 out = self._next_response()
                 if out is None:
                     continue
-                if any(isinstance(region, FileSlice) for _, region in out.splices):
+                if out.splices and any(isinstance(r, FileSlice) for _, r in out.splices):
                     slow = self._unsent.pop() if self._unsent else None
                     self._write_now(ready)
                     ready = []

@@ -7,6 +7,8 @@ whatever ``send_request``/``send_response`` return.
 
 from __future__ import annotations
 
+import struct
+
 from kayak.errors import MalformedMessageError
 from kayak.protocol.correlation import CorrelationTracker
 from kayak.protocol.events import RequestReceived, ResponseReceived, UnsupportedRequest
@@ -17,6 +19,9 @@ from kayak.protocol.messages import API_MESSAGES, ApiKey, request_class, respons
 from kayak.protocol.messages.request_header import RequestHeader
 from kayak.protocol.messages.response_header import ResponseHeader
 from kayak.protocol.primitives import INT16, INT32, Buffer, RecordsRegion, SplicedBuffer
+
+# The first fields of every request header: api key, api version, correlation id.
+_REQUEST_KEYS = struct.Struct(">hhi")
 
 _UNSUPPORTED_VERSION = 35
 
@@ -185,9 +190,7 @@ class ServerConnection:
             return None
         if len(frame) < 8:
             raise MalformedMessageError(f"request frame of {len(frame)} bytes has no header")
-        api_key = INT16.unpack_from(frame, 0)[0]
-        api_version = INT16.unpack_from(frame, 2)[0]
-        correlation_id = INT32.unpack_from(frame, 4)[0]
+        api_key, api_version, correlation_id = _REQUEST_KEYS.unpack_from(frame, 0)
         if api_key not in API_MESSAGES:
             return UnsupportedRequest(api_key, api_version, correlation_id)
         cls = request_class(api_key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from kayak.errors import EncodeError, MalformedMessageError
@@ -289,16 +289,22 @@ class SplicedBuffer(bytearray):
     regions spliced in at the places their length prefixes announced.
     """
 
-    def __init__(self, initial: Buffer | int = b"") -> None:
-        super().__init__(initial)
-        self.splices: list[tuple[int, RecordsRegion]] = []
+    # No __init__ of its own, and no list until a region is spliced in: nearly every buffer
+    # carries none, and a Python __init__ was a third of an empty buffer's cost.
+    splices: Sequence[tuple[int, RecordsRegion]] = ()
 
     def splice(self, region: RecordsRegion) -> None:
-        self.splices.append((len(self), region))
+        entry = (len(self), region)
+        if self.splices:
+            cast("list[tuple[int, RecordsRegion]]", self.splices).append(entry)
+        else:
+            self.splices = [entry]
 
     @property
     def total_size(self) -> int:
         """Bytes on the wire: this buffer's plus every spliced region's."""
+        if not self.splices:
+            return len(self)
         return len(self) + sum(len(region) for _, region in self.splices)
 
     def parts(self) -> list[memoryview | RecordsRegion]:
