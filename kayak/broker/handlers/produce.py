@@ -68,13 +68,13 @@ def answer_produce(
         answer.set_result(response)
     elif len(waiting) == 1:  # the common case, without a dict of syncs
         result, partition = waiting[0]
-        sync = ctx.broker.writer.durable(partition.log)
+        sync = ctx.broker.writer.durable(partition.log, loop=loop)
         if sync.done():  # flush=never: answered now, without another turn of the loop
             _one_synced(answer, response, result, sync)
         else:
             sync.add_done_callback(functools.partial(_one_synced, answer, response, result))
     else:
-        _DurableAnswer(answer, response, waiting, ctx.broker.writer)
+        _DurableAnswer(answer, response, waiting, ctx.broker.writer, loop)
     return answer
 
 
@@ -114,12 +114,13 @@ class _DurableAnswer:
         response: ProduceResponse,
         waiting: list[tuple[PartitionProduceResponse, Partition]],
         writer: LogWriter,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._answer = answer
         self._response = response
         self._waiting = waiting
         partitions = dict.fromkeys(p for _, p in waiting)
-        self._syncs = {p: writer.durable(p.log) for p in partitions}
+        self._syncs = {p: writer.durable(p.log, loop=loop) for p in partitions}
         self._left = len(self._syncs)
         for sync in self._syncs.values():
             sync.add_done_callback(self._synced)

@@ -90,13 +90,21 @@ class GroupCommit:
         elif self.mode is FlushMode.ALWAYS:
             self._own[plog] = self._own_flush(plog)
 
-    def sync(self, plog: PartitionLog, *, on_disk: bool = False) -> asyncio.Future[None]:
+    def sync(
+        self,
+        plog: PartitionLog,
+        *,
+        on_disk: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> asyncio.Future[None]:
         """Start making everything appended to ``plog`` so far durable; await the result.
 
         The work starts in this call, not when the result is awaited, so a waiter that goes
         away (a closed connection) does not leave appended data unsynced and unreadable.
         The awaitable raises KAFKA_STORAGE_ERROR if the partition is (or goes) offline.
         ``on_disk`` waits for an fdatasync even under ``never`` (the broker's own state).
+        ``loop``: the running loop, when the caller has it (on Python 3.11 each lookup of the
+        running loop costs a ``getpid`` system call: 2 % of a one-record request's time).
         """
         if self.mode is FlushMode.ALWAYS:
             # Its own fsync, started after its append (by ``appended``, or now), even if
@@ -104,7 +112,7 @@ class GroupCommit:
             flush = self._own.get(plog) or self._own_flush(plog)
             return asyncio.ensure_future(self._wait_for(plog, flush))
         # A plain future, resolved when a round ends: no task per waiting request.
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = (loop or asyncio.get_running_loop()).create_future()
         if (self.mode is FlushMode.NEVER and not on_disk) or plog.offline is not None:
             _resolve(waiter, plog)
             return waiter

@@ -57,14 +57,20 @@ class LogWriter:
         self.commit.appended(plog)
         return result
 
-    def durable(self, plog: PartitionLog, *, on_disk: bool = False) -> asyncio.Future[None]:
+    def durable(
+        self,
+        plog: PartitionLog,
+        *,
+        on_disk: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> asyncio.Future[None]:
         """Await this: everything appended to ``plog`` so far is durable and visible.
 
         Call it right after :meth:`append` (before any ``await``) to wait for that append.
         It also covers an idempotent retry that wrote nothing: its first attempt may still
-        be on its way to disk.
+        be on its way to disk. ``loop``: the running loop, when the caller has it at hand.
         """
-        return self.commit.sync(plog, on_disk=on_disk)
+        return self.commit.sync(plog, on_disk=on_disk, loop=loop)
 
     async def write(
         self, plog: PartitionLog, records: Buffer, *, on_disk: bool = False
