@@ -112,10 +112,20 @@ def occupy(port: int, timeout: float) -> socket.socket:
             time.sleep(0.005)
 
 
-def produce_all(bootstrap: str, acked: list[Acked], failed: list[str]) -> None:
+def produce_all(
+    bootstrap: str, acked: list[Acked], failed: list[str], killed: threading.Event
+) -> None:
+    """Produce every record; the last quarter only once the shard was killed, so that the
+    kill always lands mid-load however fast the broker takes the first three quarters."""
     producer = idempotent_producer(bootstrap, linger_ms=5)
     delivered = record_deliveries(acked, failed)
     for i in range(RECORDS):
+        if i == RECORDS * 3 // 4:
+            deadline = time.monotonic() + 60
+            while not killed.is_set() and time.monotonic() < deadline:
+                producer.poll(0.01)  # deliveries are reported only from poll
+            if not killed.is_set():
+                failed.append("the shard was never killed")
         value = b"%08d-" % i + bytes([65 + i % 26]) * (VALUE_SIZE - 9)
         while True:
             try:
@@ -152,7 +162,10 @@ def test_killed_shard_is_restarted_and_loses_no_acknowledged_record(
 
     acked: list[Acked] = []
     failed: list[str] = []
-    worker = threading.Thread(target=produce_all, args=(f"{HOST}:{ports[0]}", acked, failed))
+    killed = threading.Event()
+    worker = threading.Thread(
+        target=produce_all, args=(f"{HOST}:{ports[0]}", acked, failed, killed)
+    )
     worker.start()
     victim_share = RECORDS * len(on_victim) // PARTITIONS
 
@@ -162,6 +175,7 @@ def test_killed_shard_is_restarted_and_loses_no_acknowledged_record(
     wait_until(lambda: acked_on_victim() >= victim_share // 4, 60, "the load never got going")
     victim = first_pids[1]
     os.kill(victim, signal.SIGKILL)
+    killed.set()
     assert acked_on_victim() < victim_share, "the shard was killed after its load was done"
 
     seen = wait_for_listening(cluster, {0: 1, 1: 2})
