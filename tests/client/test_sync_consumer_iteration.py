@@ -56,6 +56,32 @@ def test_iterating_takes_buffered_records_without_a_loop_trip_each(
         assert consumer.position(tp) == 3000
 
 
+def test_each_batch_costs_one_loop_trip(kayak_broker: RunningBroker, loop_trips: list[int]) -> None:
+    """The record that opens a batch comes back with the rest of its batch peeked: each trip
+    to the loop thread is two thread switches, and a batch used to take three."""
+    bootstrap = kayak_broker.bootstrap_servers
+    topic = unique("sync-trips")
+    create_topic(bootstrap, topic)
+    batches, per_batch = 4, 1000
+    for b in range(batches):  # one flush each, a long linger: one batch each
+        records = [(0, None, b"%d" % (b * per_batch + i)) for i in range(per_batch)]
+        produce(bootstrap, topic, records, **{"linger.ms": 1000})
+    tp = TopicPartition(topic, 0)
+    with sync.Consumer({"bootstrap.servers": bootstrap}) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        before = loop_trips[0]
+        offsets = []
+        for record in consumer:
+            offsets.append(record.offset)
+            if len(offsets) == batches * per_batch:
+                break
+        trips = loop_trips[0] - before
+        assert offsets == list(range(batches * per_batch))
+        assert trips <= batches, trips
+        assert consumer.position(tp) == batches * per_batch
+
+
 def test_calls_between_records_see_one_record_at_a_time(kayak_broker: RunningBroker) -> None:
     bootstrap = kayak_broker.bootstrap_servers
     topic, group = unique("sync-iter-calls"), unique("sync-iter-g")

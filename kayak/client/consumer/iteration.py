@@ -56,20 +56,27 @@ async def next_records(
 ) -> tuple[list[ConsumerRecord], bool]:
     """Settle ``handed_out``, then the next records: up to ``limit`` peeked (not yet taken:
     ``False``), or, when none is buffered or an error is due, one record that ``__anext__``
-    took (``True``), waiting for it. Raises ``StopAsyncIteration`` once the consumer closed."""
+    took, waiting for it, followed by up to ``limit`` peeked after it (``True``: the first
+    was taken). Raises ``StopAsyncIteration`` once the consumer closed."""
     settle(consumer, handed_out)
     fetcher = consumer._ready_for_buffered()
     if fetcher is not None:
         peeked = fetcher.peek_next(limit)
         if peeked:
             return peeked, False
-    return [await consumer.__anext__()], True
+    taken = await consumer.__anext__()
+    # The rest of the batch that record opened, in the same trip: one trip to the loop per
+    # batch, not two or three (each trip is two thread switches and a GIL hand-over).
+    fetcher = consumer._ready_for_buffered()
+    return [taken, *(fetcher.peek_next(limit) if fetcher is not None else ())], True
 
 
 # The facade settles at least this often while it hands out peeked records, so the group sees
 # the application polling (max.poll.interval.ms) and auto-commit lags by no more than this.
 _MAX_UNSETTLED_S = 0.1
-_PEEK_RECORDS = 500
+# At most this many records are peeked per trip to the loop; a trip never crosses a batch,
+# so this is above the record count of most batches and a batch costs one trip.
+_PEEK_RECORDS = 4096
 
 
 class PeekedRecords(metaclass=ABCMeta):
@@ -135,9 +142,10 @@ class Handout(_PeekedRecordsBase, Iterator[ConsumerRecord]):
         except StopAsyncIteration:
             raise StopIteration from None
         records, taken = result
-        if taken:
-            return records[0]
-        self._peeked, self._index = records, 1
+        if taken:  # records[0] is taken already: only the ones after it are peeked
+            self._peeked, self._index = records[1:], 0
+        else:
+            self._peeked, self._index = records, 1
         self._settle_by = time.monotonic() + _MAX_UNSETTLED_S
         return records[0]
 
