@@ -41,17 +41,7 @@ def test_iterating_takes_buffered_records_without_a_loop_trip_each(
     produce(bootstrap, topic, [(0, None, b"%d" % i) for i in range(3000)])
     tp = TopicPartition(topic, 0)
     with sync.Consumer({"bootstrap.servers": bootstrap}) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        before = loop_trips[0]
-        offsets = []
-        for record in consumer:
-            offsets.append(record.offset)
-            assert record.value == b"%d" % record.offset
-            if len(offsets) == 3000:
-                break
-        trips = loop_trips[0] - before
-        assert offsets == list(range(3000))
+        trips = _iterate_from_start(consumer, tp, 3000, loop_trips)
         assert trips < 3000 // 20, trips
         assert consumer.position(tp) == 3000
 
@@ -68,18 +58,27 @@ def test_each_batch_costs_one_loop_trip(kayak_broker: RunningBroker, loop_trips:
         produce(bootstrap, topic, records, **{"linger.ms": 1000})
     tp = TopicPartition(topic, 0)
     with sync.Consumer({"bootstrap.servers": bootstrap}) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        before = loop_trips[0]
-        offsets = []
-        for record in consumer:
-            offsets.append(record.offset)
-            if len(offsets) == batches * per_batch:
-                break
-        trips = loop_trips[0] - before
-        assert offsets == list(range(batches * per_batch))
+        trips = _iterate_from_start(consumer, tp, batches * per_batch, loop_trips)
         assert trips <= batches, trips
         assert consumer.position(tp) == batches * per_batch
+
+
+def _iterate_from_start(
+    consumer: sync.Consumer, tp: TopicPartition, count: int, loop_trips: list[int]
+) -> int:
+    """Read ``count`` records of ``tp`` from offset 0 with ``for record in consumer``, checking
+    each is the next offset with its offset as its value; the trips to the loop it took."""
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    before = loop_trips[0]
+    offsets = []
+    for record in consumer:
+        offsets.append(record.offset)
+        assert record.value == b"%d" % record.offset
+        if len(offsets) == count:
+            break
+    assert offsets == list(range(count))
+    return loop_trips[0] - before
 
 
 def test_calls_between_records_see_one_record_at_a_time(kayak_broker: RunningBroker) -> None:
