@@ -167,13 +167,16 @@ def _produce_at_a_terminal(bootstrap: str, last_key: bytes) -> tuple[int, bytes]
         os.execv(sys.executable, [sys.executable, "-m", "kayak", "produce", "-b", bootstrap,
                                   "typed"])  # fmt: skip
     output = b""
+    # poll, not select: in a long-lived test worker the pty's descriptor can be past 1023,
+    # which select() refuses with "filedescriptor out of range".
+    readable = select.poll()
+    readable.register(fd, select.POLLIN)
 
     def read_for(seconds: float, until: bytes | None = None) -> None:
         nonlocal output
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and (until is None or until not in output):
-            ready, _, _ = select.select([fd], [], [], 0.1)
-            if ready:
+            if readable.poll(100):
                 try:
                     output += os.read(fd, 4096)
                 except OSError:
